@@ -1,0 +1,84 @@
+"""Where a result came from: code version, machine and library versions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+
+import torch
+
+TRACKED_PACKAGES = (
+    "torch", "e3nn", "cuequivariance", "cuequivariance-torch", "cuequivariance-ops-torch-cu12",
+    "openequivariance", "mace-torch", "triton", "numpy",
+)
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], capture_output=True, text=True, timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _nvidia_driver() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else ""
+
+
+def capture(device: str = "cpu") -> dict[str, str | int | bool]:
+    """A flat dict of provenance fields, merged into every result row."""
+    commit = _git("rev-parse", "HEAD")
+    env: dict[str, str | int | bool] = {
+        "git_commit": commit or "unknown",
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "host": socket.gethostname(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count() or 0,
+        "python": platform.python_version(),
+        "gpu_name": "",
+        "gpu_driver": "",
+        "cuda": torch.version.cuda or "",
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        env["gpu_name"] = torch.cuda.get_device_name(torch.device(device))
+        env["gpu_driver"] = _nvidia_driver()
+    for package in TRACKED_PACKAGES:
+        env["version_" + package.replace("-", "_")] = _version(package)
+    return env
+
+
+def machine_label(env: dict) -> str:
+    """A short name for the hardware a row ran on, e.g. for hardware matching of claims."""
+    return str(env.get("gpu_name") or env.get("cpu_model") or "unknown")

@@ -1,0 +1,81 @@
+"""Level ``tp``: the bare tensor product on a batch of independent inputs."""
+
+from __future__ import annotations
+
+import torch
+from e3nn import o3
+
+from equibench.cases import Case
+from equibench.cost import tp_bytes, tp_cost
+from equibench.levels import Bench
+from equibench.levels.directions import directional_call
+from equibench.registry import Implementation, TPFunction
+from equibench.workloads import TPProblem, get_tp_workload
+
+
+def tp_inputs(problem: TPProblem, batch: int, seed: int) -> dict[str, torch.Tensor]:
+    """Float64 inputs, output cotangent and double-backward probes, seeded."""
+    g = torch.Generator().manual_seed(seed)
+    d1, d2, dout = problem.dims
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    return {
+        "x": randn(batch, d1), "y": randn(batch, d2), "w": randn(batch, problem.weight_numel),
+        "grad_out": randn(batch, dout), "probe_x": randn(batch, d1), "probe_y": randn(batch, d2),
+    }
+
+
+def _bench_fn(fn: TPFunction, data: dict[str, torch.Tensor], direction: str):
+    return directional_call(
+        direction, fn, [data["x"], data["y"], data["w"]], ["x", "y", "w"],
+        data["grad_out"], [data["probe_x"], data["probe_y"]],
+    )
+
+
+def _cast(data: dict[str, torch.Tensor], dtype: torch.dtype, device: str):
+    return {k: v.to(device=device, dtype=dtype) for k, v in data.items()}
+
+
+def equivariance_error(fn: TPFunction, problem: TPProblem, data: dict[str, torch.Tensor],
+                       seed: int) -> float:
+    """Scaled error of ``fn(x D1, y D2, w) - fn(x, y, w) D_out`` for a random rotation."""
+    torch.manual_seed(seed)
+    rot = o3.rand_matrix(dtype=torch.float64)
+    ds = [o3.Irreps(s).D_from_matrix(rot) for s in
+          (problem.irreps_in1, problem.irreps_in2, problem.irreps_out)]
+    x, y, w = data["x"], data["y"], data["w"]
+    dtype, device = x.dtype, x.device
+    d1, d2, dout = (d.to(dtype=dtype, device=device) for d in ds)
+    with torch.no_grad():
+        rotated_after = fn(x, y, w) @ dout.T
+        rotated_before = fn(x @ d1.T, y @ d2.T, w)
+    diff = (rotated_after - rotated_before).abs().max().double()
+    scale = max(float(rotated_after.abs().max()), 1.0)
+    return float(diff) / scale
+
+
+def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int) -> Bench:
+    problem = get_tp_workload(case.workload)
+    master = tp_inputs(problem, case.batch, seed)
+    data = _cast(master, dtype, case.device)
+    fn = impl.build_tp(problem, dtype, case.device)
+    ref_data = _cast(master, torch.float64, case.device)
+
+    def reference():
+        return _bench_fn(problem.e3nn_module(torch.float64).to(case.device), ref_data, case.direction)()
+
+    cost = tp_cost(problem)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return Bench(
+        call=_bench_fn(fn, data, case.direction),
+        reference=reference,
+        items=case.batch,
+        unit="products/s",
+        flops=cost.flops(case.direction) * case.batch,
+        bytes=tp_bytes(problem, case.direction, case.batch, itemsize),
+        equivariance=(lambda: equivariance_error(fn, problem, data, seed + 1))
+        if case.direction == "forward" else None,
+        extra={"paths": len(problem.instructions), "mode": problem.mode},
+    )

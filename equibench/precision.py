@@ -1,0 +1,72 @@
+"""Precision names, their dtypes and the correctness tolerance each one is held to.
+
+Tolerances apply to the *scaled* error ``max|out - ref| / max(max|ref|, 1)`` against the
+float64 e3nn reference, so they mean the same for outputs of size 1 and of size 1000.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+# e3nn tabulates its Clebsch-Gordan coefficients to float32 accuracy (o3.wigner_3j in float64
+# is equivariant only to ~1e-7), so no e3nn-based product is equivariant beyond that.
+EQUIVARIANCE_FLOOR = 1e-6
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    dtype: torch.dtype
+    tolerance: float
+    gpu_only: bool = False
+
+    @property
+    def equivariance_tolerance(self) -> float:
+        return max(self.tolerance, EQUIVARIANCE_FLOOR)
+
+    def check_device(self, device: str) -> str | None:
+        """Reason this precision cannot run on ``device``, or None."""
+        if self.gpu_only and not device.startswith("cuda"):
+            return f"{self.name} is a GPU tensor-core mode (TF32 matmuls); it has no CPU meaning"
+        return None
+
+
+# Why these numbers: float32 accumulates ~1e-7 relative rounding per term over sums of
+# up to a few thousand terms (128 channels x CG nonzeros); TF32 keeps a 10-bit mantissa,
+# bfloat16 8 bits, float16 11 bits (with a narrow range).
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("float64", torch.float64, 1e-9),
+        Precision("float32", torch.float32, 1e-4),
+        Precision("tfloat32", torch.float32, 5e-3, gpu_only=True),
+        Precision("bfloat16", torch.bfloat16, 5e-2),
+        Precision("float16", torch.float16, 1e-2),
+    )
+}
+
+
+def get_precision(name: str) -> Precision:
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}"
+        ) from None
+
+
+@contextlib.contextmanager
+def precision_mode(precision: Precision) -> Iterator[None]:
+    """Enable TF32 matmuls for ``tfloat32`` (and make sure they are off otherwise)."""
+    tf32 = precision.name == "tfloat32"
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old

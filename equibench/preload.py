@@ -1,0 +1,18 @@
+"""Modules imported once by the fork server, so every case process starts warm.
+
+Imported for its side effects only. Libraries that fail to import are skipped here: their
+adapters report the failure as `unavailable` when a case asks for them.
+"""
+
+import importlib
+
+import torch  # noqa: F401
+from e3nn import o3  # noqa: F401
+
+import equibench.runner  # noqa: F401
+
+for _module in ("cuequivariance_torch", "equibench.kernels"):
+    try:
+        importlib.import_module(_module)
+    except Exception:  # noqa: BLE001, S110 - an adapter reports the real error later
+        pass

@@ -1,0 +1,90 @@
+"""Implementations register themselves here; the runner looks them up by name.
+
+An implementation is one module in ``implementations/`` (the package
+``equibench.implementations``) defining a subclass of :class:`Implementation` decorated
+with :func:`register`. Nothing else in the tree changes when one is added.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import ClassVar
+
+import torch
+
+from equibench.cases import Case
+from equibench.workloads import TPProblem
+
+# (x, y, w) -> out, shapes (B, d1), (B, d2), (B, weight_numel) -> (B, d_out)
+TPFunction = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+# (x_nodes, y_edges, w_edges, edge_src, edge_dst, num_nodes) -> out_nodes
+ConvFunction = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor
+]
+
+
+class Unsupported(Exception):
+    """Raised by a builder for a case the implementation cannot run; becomes `unavailable`."""
+
+
+class Implementation:
+    """Base class of an adapter. Override what the implementation supports."""
+
+    name: ClassVar[str]
+    levels: ClassVar[frozenset[str]] = frozenset()
+    description: ClassVar[str] = ""
+    precisions: ClassVar[frozenset[str]] = frozenset({"float64", "float32"})
+
+    def available(self, device: str) -> str | None:
+        """None if the implementation can run on ``device``, else the reason it cannot."""
+        return None
+
+    def supports(self, case: Case) -> str | None:
+        """None if this case can run, else the reason (e.g. a direction it cannot do)."""
+        return None
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+        raise Unsupported(f"{self.name} has no tensor-product builder")
+
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
+        raise Unsupported(f"{self.name} has no convolution builder")
+
+
+_REGISTRY: dict[str, Implementation] = {}
+_discovered = False
+
+
+def register(cls: type[Implementation]) -> type[Implementation]:
+    if cls.name in _REGISTRY:
+        raise ValueError(f"implementation {cls.name!r} is registered twice")
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+def discover() -> None:
+    """Import every module of ``equibench.implementations`` so that they register."""
+    global _discovered
+    if _discovered:
+        return
+    package = importlib.import_module("equibench.implementations")
+    for module in pkgutil.iter_modules(package.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+    _discovered = True
+
+
+def get(name: str) -> Implementation:
+    discover()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown implementation {name!r}; registered: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def names(level: str | None = None) -> list[str]:
+    discover()
+    return sorted(n for n, impl in _REGISTRY.items() if level is None or level in impl.levels)

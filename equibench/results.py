@@ -1,0 +1,200 @@
+"""The result table: one tidy row per case, written atomically, validated on read.
+
+Rows from many runs and machines concatenate into one table; ``run_id`` and the provenance
+columns say where each came from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+STATUSES = ("ok", "incorrect", "oom", "unavailable", "error")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # "str", "int", "float", "bool", "list"
+    doc: str
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("run_id", "str", "identifier of the run that produced the row"),
+    Column("level", "str", "tp (bare tensor product), conv (fused with gather/scatter), model"),
+    Column("workload", "str", "problem name, e.g. mace-large"),
+    Column("implementation", "str", "registered implementation name, e.g. e3nn"),
+    Column("variant", "str", "implementation option set (default unless a model switch)"),
+    Column("direction", "str", "forward, backward, double_backward, inference, train_step"),
+    Column("precision", "str", "float64, float32, tfloat32, bfloat16, float16"),
+    Column("batch", "int", "work items per call (products for tp, structures otherwise)"),
+    Column("device", "str", "cpu or cuda:N, the device the case ran on"),
+    Column("status", "str", "ok, incorrect, oom, unavailable, error"),
+    Column("reason", "str", "why the status is not ok (empty when ok)"),
+    Column("time_median_s", "float", "median seconds per call (NaN unless ok)"),
+    Column("time_iqr_s", "float", "interquartile range of the samples, seconds"),
+    Column("time_samples", "list", "every timed sample, seconds"),
+    Column("repeats", "int", "number of timed samples"),
+    Column("warmup_s", "float", "seconds spent in warm-up calls (includes compilation)"),
+    Column("throughput", "float", "work items per second: batch / time_median_s"),
+    Column("throughput_unit", "str", "what throughput counts, e.g. products/s"),
+    Column("peak_mem_bytes", "int", "peak extra memory of one call, bytes (-1 unknown)"),
+    Column("peak_mem_method", "str", "cuda_allocator or rss_growth (process RSS over baseline)"),
+    Column("flops", "float", "floating-point operations of one call (cost model)"),
+    Column("bytes", "float", "minimum bytes moved by one call (cost model)"),
+    Column("gflops_per_s", "float", "achieved flops / time_median_s / 1e9"),
+    Column("gbytes_per_s", "float", "achieved bytes / time_median_s / 1e9"),
+    Column("max_abs_err", "float", "largest absolute error against the float64 reference"),
+    Column("max_scaled_err", "float", "largest error / max(|reference|, 1)"),
+    Column("tolerance", "float", "bound on max_scaled_err for this precision"),
+    Column("equivariance_err", "float", "rotated-input check error (NaN if not run)"),
+    Column("extra", "str", "JSON object with level-specific metrics"),
+    Column("timestamp", "str", "UTC ISO time the case finished"),
+    Column("config_hash", "str", "hash of the configuration that produced the run"),
+    Column("git_commit", "str", "commit of the equibench checkout"),
+    Column("git_dirty", "bool", "whether tracked files had uncommitted changes"),
+    Column("host", "str", "host name"),
+    Column("cpu_model", "str", "CPU model name"),
+    Column("cpu_count", "int", "logical CPUs"),
+    Column("threads", "int", "torch intra-op threads used for the case"),
+    Column("gpu_name", "str", "GPU model ('' on CPU)"),
+    Column("gpu_driver", "str", "NVIDIA driver version"),
+    Column("cuda", "str", "CUDA version torch was built with"),
+    Column("python", "str", "Python version"),
+    Column("version_torch", "str", "torch version"),
+    Column("version_e3nn", "str", "e3nn version"),
+    Column("version_cuequivariance", "str", "cuequivariance version"),
+    Column("version_cuequivariance_torch", "str", "cuequivariance-torch version"),
+    Column("version_cuequivariance_ops_torch_cu12", "str", "CUDA ops package version"),
+    Column("version_openequivariance", "str", "openequivariance version"),
+    Column("version_mace_torch", "str", "mace-torch version"),
+    Column("version_triton", "str", "triton version"),
+    Column("version_numpy", "str", "numpy version"),
+)
+COLUMN_NAMES = tuple(c.name for c in COLUMNS)
+_DEFAULTS = {"str": "", "int": -1, "float": math.nan, "bool": False, "list": []}
+
+
+class SchemaError(ValueError):
+    """A result table that does not follow the schema."""
+
+
+def blank_row() -> dict:
+    return {c.name: (list(_DEFAULTS[c.kind]) if c.kind == "list" else _DEFAULTS[c.kind])
+            for c in COLUMNS}
+
+
+def make_row(**fields: object) -> dict:
+    unknown = set(fields) - set(COLUMN_NAMES)
+    if unknown:
+        raise SchemaError(f"unknown result column(s) {sorted(unknown)}")
+    row = blank_row()
+    row.update(fields)
+    if isinstance(row["extra"], Mapping):
+        row["extra"] = json.dumps(row["extra"], sort_keys=True)
+    return row
+
+
+def to_frame(rows: Iterable[Mapping]) -> pd.DataFrame:
+    frame = pd.DataFrame([make_row(**r) for r in rows], columns=list(COLUMN_NAMES))
+    return validate(frame)
+
+
+def _check_kind(frame: pd.DataFrame, col: Column) -> None:
+    values = frame[col.name]
+    bad = None
+    if col.kind == "str":
+        bad = values[~values.map(lambda v: isinstance(v, str))]
+    elif col.kind in ("int", "float"):
+        coerced = pd.to_numeric(values, errors="coerce")
+        bad = values[coerced.isna() & values.notna()]
+        if col.kind == "int":
+            bad = pd.concat([bad, values[coerced.isna()]])
+    elif col.kind == "bool":
+        bad = values[~values.map(lambda v: isinstance(v, bool) or str(v) in ("True", "False"))]
+    elif col.kind == "list":
+        bad = values[~values.map(lambda v: hasattr(v, "__len__") and not isinstance(v, str))]
+    if bad is not None and len(bad):
+        raise SchemaError(
+            f"column {col.name!r} must hold {col.kind} values; row {bad.index[0]} has "
+            f"{bad.iloc[0]!r}"
+        )
+
+
+def validate(frame: pd.DataFrame) -> pd.DataFrame:
+    """Check columns, types and statuses; return the frame with canonical dtypes."""
+    missing = [c for c in COLUMN_NAMES if c not in frame.columns]
+    if missing:
+        raise SchemaError(f"result table is missing column(s) {missing}")
+    for col in COLUMNS:
+        _check_kind(frame, col)
+    bad_status = frame.loc[~frame["status"].isin(STATUSES), "status"]
+    if len(bad_status):
+        raise SchemaError(
+            f"column 'status' has {bad_status.iloc[0]!r}; allowed: {', '.join(STATUSES)}"
+        )
+    ok = frame["status"] == "ok"
+    untimed = frame.loc[ok & frame["time_median_s"].isna()]
+    if len(untimed):
+        raise SchemaError(f"column 'time_median_s' is empty for ok row {untimed.index[0]}")
+    out = frame.copy()
+    for col in COLUMNS:
+        if col.kind == "int":
+            out[col.name] = out[col.name].astype("int64")
+        elif col.kind == "float":
+            out[col.name] = out[col.name].astype("float64")
+        elif col.kind == "bool":
+            out[col.name] = out[col.name].map(lambda v: v is True or str(v) == "True")
+        elif col.kind == "list":
+            out[col.name] = out[col.name].map(lambda v: [float(x) for x in v])
+    return out
+
+
+def write_atomic(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Validate and write a parquet file so that readers never see half of it."""
+    path = Path(path)
+    frame = validate(frame)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    """Read one or more result files (or directories of them) and validate them."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files.extend(sorted(p.glob("results.parquet")) or sorted(p.rglob("*.parquet")))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"no result file at {p}; run a benchmark first")
+    if not files:
+        raise FileNotFoundError(f"no result files under {', '.join(map(str, paths))}")
+    frames = []
+    for f in files:
+        try:
+            frames.append(validate(pd.read_parquet(f)))
+        except SchemaError as err:
+            raise SchemaError(f"{f}: {err}") from None
+    return pd.concat(frames, ignore_index=True)
+
+
+def extra(row: Mapping) -> dict:
+    return json.loads(row["extra"]) if row.get("extra") else {}

@@ -1,0 +1,191 @@
+"""Run cases: each in a process of its own, gated before it is timed.
+
+A crash, an out-of-memory kill or a hang costs the case alone: the parent records it and
+goes on with the next case. Processes fork from a fork server that has already imported
+torch and e3nn, so a case does not pay the import again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import multiprocessing as mp
+import os
+import signal
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from equibench import registry, results
+from equibench.cases import Case
+from equibench.correctness import compare
+from equibench.environment import capture
+from equibench.levels import Bench
+from equibench.measure import MeasureConfig, peak_memory, time_call
+from equibench.precision import get_precision, precision_mode
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    run_id: str = "adhoc"
+    threads: int = 0  # 0: all cores
+    seed: int = 0
+    timeout_s: float = 900.0
+    config_hash: str = ""
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(err)
+    return "out of memory" in text.lower() or "can't allocate memory" in text.lower()
+
+
+def _build(case: Case, impl: registry.Implementation, dtype: torch.dtype, seed: int) -> Bench:
+    if case.level == "tp":
+        from equibench.levels.tp import build_bench
+    elif case.level == "conv":
+        from equibench.levels.conv import build_bench
+    else:
+        from equibench.levels.model import build_bench
+    return build_bench(case, impl, dtype, seed)
+
+
+def run_case(case: Case, settings: RunSettings) -> dict:
+    """Run one case in this process and return its result fields (no provenance)."""
+    row: dict = {**case.to_dict(), "threads": torch.get_num_threads()}
+    impl = registry.get(case.implementation)
+    precision = get_precision(case.precision)
+    reason = (
+        (None if case.level in impl.levels else f"{impl.name} has no {case.level} level")
+        or impl.available(case.device)
+        or impl.supports(case)
+        or precision.check_device(case.device)
+        or (None if precision.name in impl.precisions
+            else f"{impl.name} does not support {precision.name}")
+    )
+    if reason:
+        return {**row, "status": "unavailable", "reason": reason}
+    try:
+        with precision_mode(precision):
+            bench = _build(case, impl, precision.dtype, settings.seed)
+            row.update(throughput_unit=bench.unit, flops=bench.flops, bytes=bench.bytes,
+                       tolerance=precision.tolerance, extra=bench.extra)
+            # The gate: the first call of the implementation is compared with the float64
+            # reference; a case that fails it is never timed.
+            gate = compare(bench.call(), bench.reference(), precision.tolerance)
+            row.update(max_abs_err=gate.max_abs_err, max_scaled_err=gate.max_scaled_err)
+            if not gate.passed:
+                return {**row, "status": "incorrect", "reason": gate.message}
+            if bench.equivariance is not None:
+                eq_err = bench.equivariance()
+                row["equivariance_err"] = eq_err
+                if not eq_err <= precision.equivariance_tolerance:
+                    return {**row, "status": "incorrect",
+                            "reason": f"equivariance error {eq_err:.3e} exceeds "
+                                      f"{precision.equivariance_tolerance:.1e}"}
+            row["peak_mem_bytes"], row["peak_mem_method"] = peak_memory(bench.call, case.device)
+            timing = time_call(bench.call, settings.measure, case.device)
+    except registry.Unsupported as err:
+        return {**row, "status": "unavailable", "reason": str(err)}
+    except Exception as err:  # noqa: BLE001 - every failure becomes a recorded row
+        status = "oom" if _is_oom(err) else "error"
+        return {**row, "status": status, "reason": f"{type(err).__name__}: {err}"[:2000]}
+    median = timing.median
+    return {
+        **row, "status": "ok",
+        "time_median_s": median, "time_iqr_s": timing.iqr, "time_samples": timing.samples,
+        "repeats": timing.repeats, "warmup_s": timing.warmup_s,
+        "throughput": bench.items / median,
+        "gflops_per_s": bench.flops / median / 1e9 if not math.isnan(bench.flops) else math.nan,
+        "gbytes_per_s": bench.bytes / median / 1e9 if not math.isnan(bench.bytes) else math.nan,
+    }
+
+
+def _child(conn, case_dict: dict, settings_dict: dict) -> None:
+    settings = RunSettings(**{**settings_dict, "measure": MeasureConfig(**settings_dict["measure"])})
+    if settings.threads > 0:
+        torch.set_num_threads(settings.threads)
+    case = Case.from_dict(case_dict)
+    try:
+        row = run_case(case, settings)
+    except BaseException as err:  # noqa: BLE001 - report, then exit
+        row = {**case.to_dict(), "status": "error",
+               "reason": "".join(traceback.format_exception_only(err)).strip()[:2000]}
+    conn.send(row)
+    conn.close()
+
+
+def _context() -> mp.context.BaseContext:
+    # Freed large blocks go back to the OS at once, so that the resident-set growth of a call
+    # measures that call (glibc otherwise raises its mmap threshold and keeps freed memory).
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
+    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", "65536")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["equibench.preload"])
+    return ctx
+
+
+def run_isolated(case: Case, settings: RunSettings, ctx=None) -> dict:
+    """Run ``case`` in a fresh process; a crash or a timeout becomes a row, never an error."""
+    ctx = ctx or _context()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, case.to_dict(), asdict(settings)))
+    proc.start()
+    child.close()
+    row = None
+    if parent.poll(settings.timeout_s):
+        try:
+            row = parent.recv()
+        except EOFError:
+            row = None
+    proc.join(timeout=30 if row is not None else 5)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        if row is None:
+            return {**case.to_dict(), "status": "error",
+                    "reason": f"timed out after {settings.timeout_s:.0f} s"}
+    if row is not None:
+        return row
+    code = proc.exitcode
+    if code == -signal.SIGKILL:
+        return {**case.to_dict(), "status": "oom",
+                "reason": "killed by SIGKILL, most likely the out-of-memory killer"}
+    name = signal.Signals(-code).name if code and code < 0 else f"exit code {code}"
+    return {**case.to_dict(), "status": "error", "reason": f"case process crashed ({name})"}
+
+
+def run_cases(
+    cases: Iterable[Case],
+    settings: RunSettings,
+    out_path: str | Path | None = None,
+    progress: bool = True,
+    on_row: Callable[[dict], None] | None = None,
+) -> pd.DataFrame:
+    """Run every case in its own process and write one validated table atomically."""
+    cases = list(cases)
+    ctx = _context()
+    devices = sorted({c.device for c in cases}) or ["cpu"]
+    envs = {d: capture(d) for d in devices}
+    rows = []
+    bar = tqdm(cases, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
+    for case in bar:
+        bar.set_postfix_str(f"{case.implementation} {case.workload} {case.direction} "
+                            f"{case.precision} b={case.batch}")
+        row = run_isolated(case, settings, ctx)
+        row.update(envs[case.device], run_id=settings.run_id, config_hash=settings.config_hash,
+                   timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        rows.append(row)
+        if on_row:
+            on_row(row)
+    frame = results.to_frame(rows)
+    if out_path is not None:
+        results.write_atomic(frame, out_path)
+    return frame

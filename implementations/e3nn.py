@@ -1,0 +1,56 @@
+"""e3nn, the reference implementation, eager and under ``torch.compile``."""
+
+from __future__ import annotations
+
+import torch
+
+from equibench.cases import Case
+from equibench.registry import ConvFunction, Implementation, TPFunction, register
+from equibench.workloads import TPProblem
+
+
+def _conv_from_tp(tp: TPFunction) -> ConvFunction:
+    """Gather source features, apply the product per edge, scatter-sum to destinations."""
+
+    def conv(x, y, w, edge_src, edge_dst, num_nodes):
+        messages = tp(x[edge_src], y, w)
+        out = messages.new_zeros((num_nodes, messages.shape[1]))
+        return out.index_add(0, edge_dst, messages)
+
+    return conv
+
+
+@register
+class E3nn(Implementation):
+    name = "e3nn"
+    levels = frozenset({"tp", "conv"})
+    description = "e3nn o3.TensorProduct, eager PyTorch; conv = TP + index_add"
+    precisions = frozenset({"float64", "float32", "tfloat32", "bfloat16", "float16"})
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+        return problem.e3nn_module(dtype).to(device)
+
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
+        return _conv_from_tp(self.build_tp(problem, dtype, device))
+
+
+@register
+class E3nnCompiled(E3nn):
+    name = "e3nn-compiled"
+    description = "e3nn o3.TensorProduct under torch.compile (inductor); compile time in warmup_s"
+
+    def supports(self, case: Case) -> str | None:
+        if case.direction == "double_backward":
+            return "torch.compile (aot_autograd) does not support double backward"
+        return None
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+        # Donated buffers forbid create_graph=True, which double backward needs.
+        torch._functorch.config.donated_buffer = False
+        # dynamic=True: one graph for every batch size, reused from inductor's on-disk cache
+        # by later cases, so each batch size does not pay a fresh compile.
+        return torch.compile(super().build_tp(problem, dtype, device), dynamic=True)
+
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
+        return torch.compile(_conv_from_tp(super().build_tp(problem, dtype, device)),
+                             dynamic=True)

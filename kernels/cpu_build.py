@@ -1,0 +1,246 @@
+"""Compile, cache and call the generated CPU kernels.
+
+The C++ of :mod:`.cpu_codegen` is built with ``torch.utils.cpp_extension.load``
+(``-O3 -march=native -fopenmp``) into ``$EQUIBENCH_KERNEL_CACHE/<descriptor hash>/``
+(default ``~/.cache/equibench/kernels``). The library exports plain ``extern "C"``
+functions, so it includes no PyTorch header (compiles in seconds) and is called through
+``ctypes`` (the GIL is released during the call). A second process finds the built
+library and only re-runs ninja's up-to-date check. A missing compiler, missing ninja or
+a failed build raises :class:`KernelUnavailable` with the reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import torch
+
+from .cpu_codegen import generate_cpu_source
+from .descriptor import TPDescriptor
+from .errors import KernelUnavailable
+from .graph import ConvPlan
+
+CFLAGS = ["-O3", "-march=native", "-fopenmp", "-std=c++17"]
+LDFLAGS = ["-fopenmp"]
+
+_SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+_SIGNATURES: dict[str, list] = {
+    "tp_fwd": [_I64] + [_P] * 4 + [_INT],
+    "tp_bwd": [_I64] + [_P] * 7 + [_INT],
+    "tp_dbwd": [_I64] + [_P] * 11 + [_INT],
+    "conv_fwd": [_I64, _I64] + [_P] * 7 + [_INT],
+    "conv_bwd": [_I64, _I64] + [_P] * 10 + [_INT],
+    "conv_dbwd": [_I64, _I64] + [_P] * 17 + [_INT],
+}
+
+_LOCK = threading.Lock()
+_LOADED: dict[str, CpuKernels] = {}
+
+
+def cache_root() -> Path:
+    """Where compiled kernels live (``$EQUIBENCH_KERNEL_CACHE`` or the user cache)."""
+    env = os.environ.get("EQUIBENCH_KERNEL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "equibench" / "kernels"
+
+
+def _compiler_id(cxx: str) -> str:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise KernelUnavailable(f"C++ compiler {cxx!r} does not run: {exc}") from exc
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr() if t is not None else None)
+
+
+def _threads() -> int:
+    return max(1, torch.get_num_threads())
+
+
+class CpuKernels:
+    """The compiled kernels of one descriptor; every method takes and returns tensors
+    in e3nn's layout (``x (B, in1_dim)``, ``y (B, in2_dim)``, ``w (B, weight_numel)``)."""
+
+    def __init__(self, desc: TPDescriptor, lib: ctypes.CDLL, path: Path) -> None:
+        self.desc = desc
+        self.path = path
+        self._lib = lib
+        self._fn = {}
+        for name, args in _SIGNATURES.items():
+            for sfx in ("f32", "f64"):
+                fn = getattr(lib, f"{name}_{sfx}")
+                fn.argtypes = args
+                fn.restype = None
+                self._fn[name, sfx] = fn
+
+    def _call(self, name: str, dtype: torch.dtype, *args: object) -> None:
+        try:
+            sfx = _SUFFIX[dtype]
+        except KeyError:
+            raise TypeError(f"CPU kernels support float32 and float64, not {dtype}") from None
+        self._fn[name, sfx](*args)
+
+    def _check(self, *pairs: tuple[torch.Tensor | None, int]) -> None:
+        dtype = pairs[0][0].dtype  # type: ignore[union-attr]
+        for t, dim in pairs:
+            if t is None:
+                continue
+            if t.dtype != dtype or t.device.type != "cpu" or not t.is_contiguous():
+                raise ValueError("CPU kernels need contiguous CPU tensors of one dtype")
+            if t.dim() != 2 or t.shape[1] != dim:
+                raise ValueError(f"expected a (rows, {dim}) tensor, got {tuple(t.shape)}")
+
+    # ---------------------------------------------------------------- plain TP
+    def tp_forward(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``(B, out_dim)`` = e3nn ``TensorProduct(x, y, w)``."""
+        d = self.desc
+        self._check((x, d.in1_dim), (y, d.in2_dim), (w, d.weight_numel))
+        out = x.new_empty(x.shape[0], d.out_dim)
+        self._call("tp_fwd", x.dtype, x.shape[0], _ptr(x), _ptr(y), _ptr(w), _ptr(out), _threads())
+        return out
+
+    def tp_backward(
+        self, g: torch.Tensor, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Gradients ``(gx, gy, gw)`` of ``sum(g * TP(x, y, w))``."""
+        d = self.desc
+        self._check((g, d.out_dim), (x, d.in1_dim), (y, d.in2_dim), (w, d.weight_numel))
+        gx, gy, gw = torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
+        self._call(
+            "tp_bwd", x.dtype, x.shape[0],
+            *map(_ptr, (g, x, y, w, gx, gy, gw)), _threads(),
+        )  # fmt: skip
+        return gx, gy, gw
+
+    def tp_double_backward(
+        self,
+        g: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        w: torch.Tensor,
+        ggx: torch.Tensor | None,
+        ggy: torch.Tensor | None,
+        ggw: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Gradients ``(dg, dx, dy, dw)`` of ``<ggx, gx> + <ggy, gy> + <ggw, gw>`` where
+        ``(gx, gy, gw) = tp_backward(g, x, y, w)``; a ``None`` cotangent counts as zero."""
+        d = self.desc
+        self._check(
+            (g, d.out_dim), (x, d.in1_dim), (y, d.in2_dim), (w, d.weight_numel),
+            (ggx, d.in1_dim), (ggy, d.in2_dim), (ggw, d.weight_numel),
+        )  # fmt: skip
+        dg, dx, dy, dw = (torch.empty_like(t) for t in (g, x, y, w))
+        self._call(
+            "tp_dbwd", x.dtype, x.shape[0],
+            *map(_ptr, (g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw)), _threads(),
+        )  # fmt: skip
+        return dg, dx, dy, dw
+
+    # ---------------------------------------------------------------- convolution
+    def conv_forward(
+        self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, plan: ConvPlan
+    ) -> torch.Tensor:
+        """``(num_nodes, out_dim)``: ``sum_{e: dst(e)=n} TP(x[src(e)], y[e], w[e])``."""
+        d = self.desc
+        self._check((x, d.in1_dim), (y, d.in2_dim), (w, d.weight_numel))
+        out = x.new_empty(plan.num_nodes, d.out_dim)
+        self._call(
+            "conv_fwd", x.dtype, plan.num_nodes, plan.num_src,
+            *map(_ptr, (plan.dst_ptr, plan.dst_perm, plan.edge_src, x, y, w, out)), _threads(),
+        )  # fmt: skip
+        return out
+
+    def conv_backward(
+        self, g: torch.Tensor, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, plan: ConvPlan
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Gradients ``(gx, gy, gw)`` of ``sum(g * conv_forward(x, y, w))``."""
+        d = self.desc
+        self._check((g, d.out_dim), (x, d.in1_dim), (y, d.in2_dim), (w, d.weight_numel))
+        gx, gy, gw = torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
+        self._call(
+            "conv_bwd", x.dtype, plan.num_nodes, plan.num_src,
+            *map(_ptr, (plan.src_ptr, plan.src_perm, plan.edge_dst, g, x, y, w, gx, gy, gw)),
+            _threads(),
+        )  # fmt: skip
+        return gx, gy, gw
+
+    def conv_double_backward(
+        self,
+        g: torch.Tensor,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        w: torch.Tensor,
+        ggx: torch.Tensor | None,
+        ggy: torch.Tensor | None,
+        ggw: torch.Tensor | None,
+        plan: ConvPlan,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As :meth:`tp_double_backward` for the convolution."""
+        d = self.desc
+        self._check(
+            (g, d.out_dim), (x, d.in1_dim), (y, d.in2_dim), (w, d.weight_numel),
+            (ggx, d.in1_dim), (ggy, d.in2_dim), (ggw, d.weight_numel),
+        )  # fmt: skip
+        dg, dx, dy, dw = (torch.empty_like(t) for t in (g, x, y, w))
+        graph = (plan.dst_ptr, plan.dst_perm, plan.edge_src, plan.src_ptr, plan.src_perm,
+                 plan.edge_dst)  # fmt: skip
+        self._call(
+            "conv_dbwd", x.dtype, plan.num_nodes, plan.num_src,
+            *map(_ptr, (*graph, g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw)), _threads(),
+        )  # fmt: skip
+        return dg, dx, dy, dw
+
+
+def _build(desc: TPDescriptor) -> CpuKernels:
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None:
+        raise KernelUnavailable(f"no C++ compiler: {cxx!r} is not on PATH (set $CXX)")
+    source = generate_cpu_source(desc)
+    key = hashlib.sha256(
+        "\n".join([source, " ".join(CFLAGS + LDFLAGS), _compiler_id(cxx), torch.__version__]).encode()
+    ).hexdigest()[:16]
+    name = f"eqb_tp_{key}"
+    build_dir = cache_root() / desc.hash
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        src = build_dir / f"{name}.cpp"
+        if not src.exists() or src.read_text() != source:
+            tmp = src.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, src)  # atomic: a concurrent process never sees half a file
+        from torch.utils.cpp_extension import load
+
+        path = load(
+            name=name,
+            sources=[str(src)],
+            extra_cflags=CFLAGS,
+            extra_ldflags=LDFLAGS,
+            build_directory=str(build_dir),
+            is_python_module=False,
+            verbose=False,
+        )
+        lib = ctypes.CDLL(str(path))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        raise KernelUnavailable(f"building CPU kernels in {build_dir} failed: {exc}") from exc
+    lib.eqb_descriptor_hash.restype = ctypes.c_char_p
+    if lib.eqb_descriptor_hash() != desc.hash.encode():
+        raise KernelUnavailable(f"library {path} does not match descriptor {desc.hash}")
+    return CpuKernels(desc, lib, Path(str(path)))
+
+
+def cpu_kernels(desc: TPDescriptor) -> CpuKernels:
+    """The CPU kernels of ``desc``, compiled on first use and cached (memory and disk)."""
+    with _LOCK:
+        kernels = _LOADED.get(desc.hash)
+        if kernels is None:
+            kernels = _LOADED[desc.hash] = _build(desc)
+        return kernels

@@ -1,0 +1,648 @@
+"""Generate C++ source for one :class:`TPDescriptor` (CPU backend).
+
+Design (why it is fast on a CPU):
+
+* Every Clebsch-Gordan coefficient and every loop over m-components (``i``, ``j``, ``k``)
+  is unrolled at generation time into literal constants; the only runtime loops are
+  over channels ``u`` (contiguous, ``#pragma omp simd``) and over rows / nodes (OpenMP).
+* Rows are transposed in L1 from e3nn's ``(mul, 2l+1)`` layout to channel-major
+  ``(2l+1, mul)`` per irrep block ("cm" below), so the inner loop over ``u`` is unit
+  stride. Offsets and sizes of blocks are the same in both layouts.
+* For ``uvu`` paths the second input is contracted first, once per row:
+  ``M[i, k] = alpha * sum_j C[i, j, k] * y[v, j]``; the per-channel work is then
+  ``out[k, u] += w[u, v] * sum_i M[i, k] * x[i, u]``. All ``uvu`` paths writing the same
+  output block share one loop over ``u`` so the output stays in registers.
+* ``uvw`` paths contract with ``M`` per input channel and then mix channels with a
+  small outer-product loop vectorized over the output channel ``w``.
+
+Row-level primitives (``row_fwd``, ``row_bwd<GX, GY, GW>``) are composed into the
+exported kernels: TP forward / backward / double backward over a batch, and the fused
+convolution forward / backward / double backward over destination- (resp. source-)
+sorted CSR lists. Exported symbols are ``extern "C"`` with raw pointers, so the
+library needs no PyTorch headers (which cost ~35 s of compile time per kernel).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .descriptor import IrrepBlock, TPDescriptor, TPPath
+
+SCALARS = {"f32": "float", "f64": "double"}
+
+
+@dataclass(frozen=True)
+class _VPath:
+    """Path ``path`` restricted to channel ``v`` of the second input (``q``: unique id)."""
+
+    q: int
+    path: TPPath
+    v: int
+    in1: IrrepBlock
+    in2: IrrepBlock
+    out: IrrepBlock
+
+    @property
+    def y_base(self) -> int:
+        return self.in2.offset + self.v * self.in2.dim
+
+    def ik_pairs(self) -> list[tuple[int, int]]:
+        """Distinct (i, k) of the nonzero CG entries, in a stable order."""
+        return sorted({(i, k) for i, _, k, _ in self.path.cg})
+
+    def m_name(self, i: int, k: int) -> str:
+        return f"m{self.q}_{i}_{k}"
+
+    def weight_index(self, u: str) -> str:
+        """Weight of channel ``u`` (uvu) as a C++ index expression."""
+        mul2 = self.in2.mul
+        return f"{self.path.weight_offset} + {u} * {mul2} + {self.v}"
+
+
+def _lit(c: float) -> str:
+    return f"T({c!r})"
+
+
+def _sum(terms: Iterable[str]) -> str:
+    terms = list(terms)
+    return " + ".join(terms) if terms else "T(0)"
+
+
+def _vpaths(desc: TPDescriptor) -> list[_VPath]:
+    out = []
+    for p in desc.paths:
+        for v in range(desc.in2[p.i_in2].mul):
+            out.append(
+                _VPath(len(out), p, v, desc.in1[p.i_in1], desc.in2[p.i_in2], desc.out[p.i_out])
+            )
+    return out
+
+
+def _m_consts(vp: _VPath) -> list[str]:
+    """``M[i, k] = alpha * sum_j C[i, j, k] * y[v, j]`` for one row, as scalar constants."""
+    lines = []
+    for i, k in vp.ik_pairs():
+        terms = [
+            f"{_lit(vp.path.alpha * c)} * Y[{vp.y_base + j}]"
+            for (ii, j, kk, c) in vp.path.cg
+            if (ii, kk) == (i, k)
+        ]
+        lines.append(f"const T {vp.m_name(i, k)} = {_sum(terms)};")
+    return lines
+
+
+def _x(a_off: int, mul: int, i: int, u: str = "u") -> str:
+    return f"X[{a_off + i * mul} + {u}]"
+
+
+class _Gen:
+    """Builds the C++ translation unit for one descriptor."""
+
+    def __init__(self, desc: TPDescriptor) -> None:
+        self.d = desc
+        self.vps = _vpaths(desc)
+        self.lines: list[str] = []
+
+    # ------------------------------------------------------------------ helpers
+    def emit(self, *lines: str) -> None:
+        self.lines.extend(lines)
+
+    def _groups(self) -> list[tuple[int, list[_VPath]]]:
+        """uvu vpaths grouped by output block (one shared channel loop per block)."""
+        groups = []
+        for b in range(len(self.d.out)):
+            vps = [vp for vp in self.vps if vp.path.mode == "uvu" and vp.path.i_out == b]
+            if vps:
+                groups.append((b, vps))
+        return groups
+
+    def _uvw(self) -> list[_VPath]:
+        return [vp for vp in self.vps if vp.path.mode == "uvw"]
+
+    def _wv(self, vp: _VPath) -> str:
+        if vp.path.has_weight:
+            return f"const T w{vp.q} = W[{vp.weight_index('u')}];"
+        return f"const T w{vp.q} = T(1);"
+
+    @staticmethod
+    def _load_x(vps: list[_VPath]) -> list[str]:
+        lines, seen = [], set()
+        for vp in vps:
+            if vp.path.i_in1 in seen:
+                continue
+            seen.add(vp.path.i_in1)
+            a = vp.in1
+            for i in range(a.dim):
+                lines.append(f"const T x{vp.path.i_in1}_{i} = {_x(a.offset, a.mul, i)};")
+        return lines
+
+    # ------------------------------------------------------------------ transposes
+    def transposes(self) -> None:
+        for name, blocks in (("in1", self.d.in1), ("out", self.d.out)):
+            self.emit(
+                "// e3nn layout (mul, 2l+1) -> channel-major (2l+1, mul), per irrep block",
+                "template <typename T>",
+                f"static inline void to_cm_{name}(const T* __restrict s, T* __restrict d) {{",
+            )
+            for b in blocks:
+                self.emit(
+                    f"  for (int64_t u = 0; u < {b.mul}; ++u) {{",
+                    *[
+                        f"    d[{b.offset + i * b.mul} + u] = s[{b.offset} + u * {b.dim} + {i}];"
+                        for i in range(b.dim)
+                    ],
+                    "  }",
+                )
+            self.emit(
+                "}",
+                "template <typename T>",
+                f"static inline void from_cm_{name}(const T* __restrict s, T* __restrict d) {{",
+            )
+            for b in blocks:
+                self.emit(
+                    f"  for (int64_t u = 0; u < {b.mul}; ++u) {{",
+                    *[
+                        f"    d[{b.offset} + u * {b.dim} + {i}] = s[{b.offset + i * b.mul} + u];"
+                        for i in range(b.dim)
+                    ],
+                    "  }",
+                )
+            self.emit("}")
+
+    # ------------------------------------------------------------------ forward
+    def row_fwd(self) -> None:
+        self.emit(
+            "// O[cm out] += TP(X[cm in1], Y[e3nn in2], W[e3nn weights]) for one row",
+            "template <typename T>",
+            "static inline void row_fwd(const T* __restrict X, const T* __restrict Y,",
+            "                           const T* __restrict W, T* __restrict O) {",
+            "  (void)X; (void)Y; (void)W; (void)O;",
+        )
+        for b, vps in self._groups():
+            ob = self.d.out[b]
+            self.emit("  {")
+            for vp in vps:
+                self.emit(*("    " + s for s in _m_consts(vp)))
+            self.emit("#pragma omp simd", f"    for (int64_t u = 0; u < {ob.mul}; ++u) {{")
+            self.emit(*("      " + s for s in self._load_x(vps)))
+            self.emit(
+                *[f"      T o{k} = O[{ob.offset + k * ob.mul} + u];" for k in range(ob.dim)]
+            )
+            for vp in vps:
+                self.emit("      {", "        " + self._wv(vp))
+                pairs = vp.ik_pairs()
+                a = vp.path.i_in1
+                # Scale the smaller side by the weight: fewer multiplies per channel.
+                if vp.in1.dim <= ob.dim:
+                    for i in sorted({i for i, _ in pairs}):
+                        self.emit(f"        const T s{i} = w{vp.q} * x{a}_{i};")
+                    for k in sorted({k for _, k in pairs}):
+                        terms = [f"{vp.m_name(i, kk)} * s{i}" for i, kk in pairs if kk == k]
+                        self.emit(f"        o{k} += {_sum(terms)};")
+                else:
+                    for k in sorted({k for _, k in pairs}):
+                        terms = [f"{vp.m_name(i, kk)} * x{a}_{i}" for i, kk in pairs if kk == k]
+                        self.emit(f"        o{k} += w{vp.q} * ({_sum(terms)});")
+                self.emit("      }")
+            self.emit(
+                *[f"      O[{ob.offset + k * ob.mul} + u] = o{k};" for k in range(ob.dim)],
+                "    }",
+                "  }",
+            )
+        for vp in self._uvw():
+            self._uvw_fwd(vp)
+        self.emit("}")
+
+    def _t_buffer(self, vp: _VPath, name: str) -> list[int]:
+        """Emit ``name[k][u] = sum_i M[i, k] x[i, u]``; returns the k that are nonzero."""
+        a, ob = vp.in1, vp.out
+        ks = sorted({k for _, k in vp.ik_pairs()})
+        self.emit(f"    alignas(64) T {name}[{ob.dim * a.mul}];")
+        for k in ks:
+            terms = [
+                f"{vp.m_name(i, kk)} * {_x(a.offset, a.mul, i)}" for i, kk in vp.ik_pairs() if kk == k
+            ]
+            self.emit(
+                "#pragma omp simd",
+                f"    for (int64_t u = 0; u < {a.mul}; ++u) {name}[{k * a.mul} + u] = {_sum(terms)};",
+            )
+        return ks
+
+    def _w_row(self, vp: _VPath, base: str) -> str:
+        mul2, mul3 = vp.in2.mul, vp.out.mul
+        return f"{base} + {vp.path.weight_offset} + (u * {mul2} + {vp.v}) * {mul3}"
+
+    def _uvw_fwd(self, vp: _VPath) -> None:
+        a, ob = vp.in1, vp.out
+        self.emit("  {", *("    " + s for s in _m_consts(vp)))
+        ks = self._t_buffer(vp, "t")
+        self.emit(
+            f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
+            f"      const T* __restrict wr = {self._w_row(vp, 'W')};",
+        )
+        for k in ks:
+            self.emit(
+                f"      const T t{k} = t[{k * a.mul} + u];",
+                "#pragma omp simd",
+                f"      for (int64_t w = 0; w < {ob.mul}; ++w) "
+                f"O[{ob.offset + k * ob.mul} + w] += t{k} * wr[w];",
+            )
+        self.emit("    }", "  }")
+
+    # ------------------------------------------------------------------ backward
+    def row_bwd(self) -> None:
+        self.emit(
+            "// Gradients of sum(G * TP(X, Y, W)) for one row; GX (cm) and GY, GW (e3nn",
+            "// layout) are accumulated. Template flags select which ones are computed.",
+            "template <typename T, bool NGX, bool NGY, bool NGW>",
+            "static inline void row_bwd(const T* __restrict X, const T* __restrict Y,",
+            "                           const T* __restrict W, const T* __restrict G,",
+            "                           T* __restrict GX, T* __restrict GY, T* __restrict GW) {",
+            "  (void)X; (void)Y; (void)W; (void)G; (void)GX; (void)GY; (void)GW;",
+        )
+        for b, vps in self._groups():
+            self._uvu_bwd_group(b, vps)
+        for vp in self._uvw():
+            self._uvw_bwd(vp)
+        self.emit("}")
+
+    def _uvu_bwd_group(self, b: int, vps: list[_VPath]) -> None:
+        ob = self.d.out[b]
+        self.emit("  {")
+        for vp in vps:
+            self.emit(*("    " + s for s in _m_consts(vp)))
+        # gy accumulators keyed by the y entry they feed, shared by paths of the group.
+        gy_keys = sorted({vp.y_base + j for vp in vps for _, j, _, _ in vp.path.cg})
+        for key in gy_keys:
+            self.emit(f"    T gy{key} = T(0);")
+        red = f" reduction(+: {', '.join(f'gy{k}' for k in gy_keys)})" if gy_keys else ""
+        self.emit(f"#pragma omp simd{red}", f"    for (int64_t u = 0; u < {ob.mul}; ++u) {{")
+        self.emit(*("      " + s for s in self._load_x(vps)))
+        self.emit(*[f"      const T g{k} = G[{ob.offset + k * ob.mul} + u];" for k in range(ob.dim)])
+        used_a = sorted({vp.path.i_in1 for vp in vps})
+        self.emit("      if constexpr (NGX) {")
+        for a in used_a:
+            blk = self.d.in1[a]
+            for i in range(blk.dim):
+                terms = []
+                for vp in vps:
+                    if vp.path.i_in1 != a:
+                        continue
+                    inner = [f"{vp.m_name(ii, k)} * g{k}" for ii, k in vp.ik_pairs() if ii == i]
+                    if inner:
+                        w = f"W[{vp.weight_index('u')}]" if vp.path.has_weight else "T(1)"
+                        terms.append(f"{w} * ({_sum(inner)})")
+                if terms:
+                    self.emit(f"        GX[{blk.offset + i * blk.mul} + u] += {_sum(terms)};")
+        self.emit("      }", "      if constexpr (NGW) {")
+        for vp in vps:
+            if not vp.path.has_weight:
+                continue
+            a = vp.path.i_in1
+            ks = sorted({k for _, k in vp.ik_pairs()})
+            terms = []
+            for k in ks:
+                inner = [f"{vp.m_name(i, kk)} * x{a}_{i}" for i, kk in vp.ik_pairs() if kk == k]
+                terms.append(f"g{k} * ({_sum(inner)})")
+            self.emit(f"        GW[{vp.weight_index('u')}] += {_sum(terms)};")
+        self.emit("      }", "      if constexpr (NGY) {")
+        for vp in vps:
+            a = vp.path.i_in1
+            self.emit("        {", "          " + self._wv(vp))
+            # gy[j] += w * sum_{i,k} alpha C[i,j,k] x[i] g[k]
+            for j in sorted({j for _, j, _, _ in vp.path.cg}):
+                terms = [
+                    f"{_lit(vp.path.alpha * c)} * x{a}_{i} * g{k}"
+                    for i, jj, k, c in vp.path.cg
+                    if jj == j
+                ]
+                self.emit(f"          gy{vp.y_base + j} += w{vp.q} * ({_sum(terms)});")
+            self.emit("        }")
+        self.emit("      }", "    }")
+        self.emit("    if constexpr (NGY) {")
+        for key in gy_keys:
+            self.emit(f"      GY[{key}] += gy{key};")
+        self.emit("    }", "  }")
+
+    def _uvw_bwd(self, vp: _VPath) -> None:
+        a, ob = vp.in1, vp.out
+        ks = sorted({k for _, k in vp.ik_pairs()})
+        self.emit("  {", *("    " + s for s in _m_consts(vp)))
+        # gt[k][u] = sum_w W[u, v, w] G[k, w]
+        self.emit(
+            f"    alignas(64) T gt[{ob.dim * a.mul}];",
+            f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
+            f"      const T* __restrict wr = {self._w_row(vp, 'W')};",
+        )
+        for k in ks:
+            self.emit(
+                f"      T s{k} = T(0);",
+                f"#pragma omp simd reduction(+: s{k})",
+                f"      for (int64_t w = 0; w < {ob.mul}; ++w) "
+                f"s{k} += wr[w] * G[{ob.offset + k * ob.mul} + w];",
+                f"      gt[{k * a.mul} + u] = s{k};",
+            )
+        self.emit("    }", "    if constexpr (NGW) {")
+        self._t_buffer(vp, "t")
+        self.emit(
+            f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
+            f"      T* __restrict gwr = {self._w_row(vp, 'GW')};",
+            *[f"      const T t{k} = t[{k * a.mul} + u];" for k in ks],
+            "#pragma omp simd",
+            f"      for (int64_t w = 0; w < {ob.mul}; ++w) gwr[w] += "
+            + _sum(f"t{k} * G[{ob.offset + k * ob.mul} + w]" for k in ks)
+            + ";",
+            "    }",
+            "    }",
+            "    if constexpr (NGX) {",
+        )
+        for i in sorted({i for i, _ in vp.ik_pairs()}):
+            terms = [f"{vp.m_name(i, k)} * gt[{k * a.mul} + u]" for ii, k in vp.ik_pairs() if ii == i]
+            self.emit(
+                "#pragma omp simd",
+                f"    for (int64_t u = 0; u < {a.mul}; ++u) "
+                f"GX[{a.offset + i * a.mul} + u] += {_sum(terms)};",
+            )
+        js = sorted({j for _, j, _, _ in vp.path.cg})
+        self.emit("    }", "    if constexpr (NGY) {")
+        self.emit(*[f"    T gy{j} = T(0);" for j in js])
+        self.emit(
+            f"#pragma omp simd reduction(+: {', '.join(f'gy{j}' for j in js)})",
+            f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
+        )
+        for j in js:
+            terms = [
+                f"{_lit(vp.path.alpha * c)} * {_x(a.offset, a.mul, i)} * gt[{k * a.mul} + u]"
+                for i, jj, k, c in vp.path.cg
+                if jj == j
+            ]
+            self.emit(f"      gy{j} += {_sum(terms)};")
+        self.emit("    }", *[f"    GY[{vp.y_base + j}] += gy{j};" for j in js], "    }", "  }")
+
+    # ------------------------------------------------------------------ kernels
+    def kernels(self) -> None:
+        d = self.d
+        self.emit(
+            f"constexpr int64_t IN1 = {d.in1_dim}, IN2 = {d.in2_dim}, OUT = {d.out_dim};",
+            f"constexpr int64_t WN = {d.weight_numel};",
+            f"constexpr int64_t IN1B = {max(d.in1_dim, 1)}, OUTB = {max(d.out_dim, 1)};",
+        )
+        self.emit(_KERNELS)
+
+    def exports(self) -> None:
+        for sfx, t in SCALARS.items():
+            self.emit(_EXPORTS.replace("SFX", sfx).replace("SCALAR", t))
+
+    def source(self) -> str:
+        self.emit(
+            f"// Generated by equibench.kernels.cpu_codegen for {self.d}",
+            f"// descriptor hash {self.d.hash}",
+            "#include <cstdint>",
+            "#include <cstring>",
+            "#include <vector>",
+            "namespace {",
+        )
+        self.transposes()
+        self.row_fwd()
+        self.row_bwd()
+        self.kernels()
+        self.emit("}  // namespace", 'extern "C" {')
+        self.emit(f'const char* eqb_descriptor_hash() {{ return "{self.d.hash}"; }}')
+        self.exports()
+        self.emit('}  // extern "C"')
+        return "\n".join(self.lines) + "\n"
+
+
+# Batch / graph drivers around the row primitives. Per-thread scratch rows live on the
+# stack (a few KB, L1/L2 resident); outputs are written exactly once per row / node, so
+# results do not depend on the number of threads.
+_KERNELS = r"""
+template <typename T> static inline void zero(T* p, int64_t n) { std::memset(p, 0, n * sizeof(T)); }
+
+template <typename T>
+static void tp_fwd(int64_t B, const T* x, const T* y, const T* w, T* out, int nt) {
+#pragma omp parallel num_threads(nt)
+  {
+    alignas(64) T xc[IN1B];
+    alignas(64) T oc[OUTB];
+#pragma omp for schedule(static)
+    for (int64_t z = 0; z < B; ++z) {
+      to_cm_in1(x + z * IN1, xc);
+      zero(oc, OUT);
+      row_fwd<T>(xc, y + z * IN2, w + z * WN, oc);
+      from_cm_out(oc, out + z * OUT);
+    }
+  }
+}
+
+template <typename T>
+static void tp_bwd(int64_t B, const T* g, const T* x, const T* y, const T* w,
+                   T* gx, T* gy, T* gw, int nt) {
+#pragma omp parallel num_threads(nt)
+  {
+    alignas(64) T xc[IN1B];
+    alignas(64) T gc[OUTB];
+    alignas(64) T gxc[IN1B];
+#pragma omp for schedule(static)
+    for (int64_t z = 0; z < B; ++z) {
+      to_cm_in1(x + z * IN1, xc);
+      to_cm_out(g + z * OUT, gc);
+      zero(gxc, IN1);
+      zero(gy + z * IN2, IN2);
+      zero(gw + z * WN, WN);
+      row_bwd<T, true, true, true>(xc, y + z * IN2, w + z * WN, gc, gxc, gy + z * IN2, gw + z * WN);
+      from_cm_in1(gxc, gx + z * IN1);
+    }
+  }
+}
+
+// Double backward of one row: cotangents (ggx, ggy, ggw) of (gx, gy, gw), any may be null.
+// dg = TP(ggx,y,w) + TP(x,ggy,w) + TP(x,y,ggw); dx = Tx*(g; ggy,w) + Tx*(g; y,ggw);
+// dy = Ty*(g; ggx,w) + Ty*(g; x,ggw); dw = Tw*(g; ggx,y) + Tw*(g; x,ggy).
+template <typename T>
+static inline void row_dbwd_fwd(const T* xc, const T* ggxc, const T* y, const T* ggy,
+                                const T* w, const T* ggw, T* dgc) {
+  if (ggxc) row_fwd<T>(ggxc, y, w, dgc);
+  if (ggy) row_fwd<T>(xc, ggy, w, dgc);
+  if (ggw) row_fwd<T>(xc, y, ggw, dgc);
+}
+
+template <typename T>
+static inline void row_dbwd_bwd(const T* xc, const T* ggxc, const T* y, const T* ggy,
+                                const T* w, const T* ggw, const T* gc,
+                                T* dxc, T* dy, T* dw) {
+  if (ggy) row_bwd<T, true, false, true>(xc, ggy, w, gc, dxc, dy, dw);
+  if (ggw) row_bwd<T, true, true, false>(xc, y, ggw, gc, dxc, dy, dw);
+  if (ggxc) row_bwd<T, false, true, true>(ggxc, y, w, gc, dxc, dy, dw);
+}
+
+template <typename T>
+static void tp_dbwd(int64_t B, const T* g, const T* x, const T* y, const T* w,
+                    const T* ggx, const T* ggy, const T* ggw,
+                    T* dg, T* dx, T* dy, T* dw, int nt) {
+#pragma omp parallel num_threads(nt)
+  {
+    alignas(64) T xc[IN1B];
+    alignas(64) T ggxc[IN1B];
+    alignas(64) T gc[OUTB];
+    alignas(64) T dgc[OUTB];
+    alignas(64) T dxc[IN1B];
+#pragma omp for schedule(static)
+    for (int64_t z = 0; z < B; ++z) {
+      to_cm_in1(x + z * IN1, xc);
+      if (ggx) to_cm_in1(ggx + z * IN1, ggxc);
+      to_cm_out(g + z * OUT, gc);
+      const T* gx_row = ggx ? ggxc : nullptr;
+      const T* gy_row = ggy ? ggy + z * IN2 : nullptr;
+      const T* gw_row = ggw ? ggw + z * WN : nullptr;
+      zero(dgc, OUT);
+      zero(dxc, IN1);
+      zero(dy + z * IN2, IN2);
+      zero(dw + z * WN, WN);
+      row_dbwd_fwd<T>(xc, gx_row, y + z * IN2, gy_row, w + z * WN, gw_row, dgc);
+      row_dbwd_bwd<T>(xc, gx_row, y + z * IN2, gy_row, w + z * WN, gw_row, gc,
+                      dxc, dy + z * IN2, dw + z * WN);
+      from_cm_out(dgc, dg + z * OUT);
+      from_cm_in1(dxc, dx + z * IN1);
+    }
+  }
+}
+
+// Node tensor (n rows, e3nn layout) -> channel-major copy, for gathers by edge.
+template <typename T, int64_t D, void (*F)(const T*, T*)>
+static std::vector<T> to_cm_all(const T* s, int64_t n, int nt) {
+  std::vector<T> d(static_cast<size_t>(n * D));
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t r = 0; r < n; ++r) F(s + r * D, d.data() + r * D);
+  return d;
+}
+
+// out[n] = sum over edges e with dst(e) = n (CSR order) of TP(x[src(e)], y[e], w[e]).
+template <typename T>
+static void conv_fwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
+                     const int64_t* dst_perm, const int64_t* edge_src,
+                     const T* x, const T* y, const T* w, T* out, int nt) {
+  const std::vector<T> xcm = to_cm_all<T, IN1, to_cm_in1<T>>(x, n_src, nt);
+#pragma omp parallel num_threads(nt)
+  {
+    alignas(64) T oc[OUTB];
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t n = 0; n < n_dst; ++n) {
+      zero(oc, OUT);
+      for (int64_t p = dst_ptr[n]; p < dst_ptr[n + 1]; ++p) {
+        const int64_t e = dst_perm[p];
+        row_fwd<T>(xcm.data() + edge_src[e] * IN1, y + e * IN2, w + e * WN, oc);
+      }
+      from_cm_out(oc, out + n * OUT);
+    }
+  }
+}
+
+// Backward by source node: gx[s] sums its out-edges; gy[e], gw[e] are written per edge.
+template <typename T>
+static void conv_bwd(int64_t n_dst, int64_t n_src, const int64_t* src_ptr,
+                     const int64_t* src_perm, const int64_t* edge_dst,
+                     const T* g, const T* x, const T* y, const T* w,
+                     T* gx, T* gy, T* gw, int nt) {
+  const std::vector<T> gcm = to_cm_all<T, OUT, to_cm_out<T>>(g, n_dst, nt);
+#pragma omp parallel num_threads(nt)
+  {
+    alignas(64) T xc[IN1B];
+    alignas(64) T gxc[IN1B];
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t s = 0; s < n_src; ++s) {
+      to_cm_in1(x + s * IN1, xc);
+      zero(gxc, IN1);
+      for (int64_t p = src_ptr[s]; p < src_ptr[s + 1]; ++p) {
+        const int64_t e = src_perm[p];
+        zero(gy + e * IN2, IN2);
+        zero(gw + e * WN, WN);
+        row_bwd<T, true, true, true>(xc, y + e * IN2, w + e * WN, gcm.data() + edge_dst[e] * OUT,
+                                     gxc, gy + e * IN2, gw + e * WN);
+      }
+      from_cm_in1(gxc, gx + s * IN1);
+    }
+  }
+}
+
+template <typename T>
+static void conv_dbwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
+                      const int64_t* dst_perm, const int64_t* edge_src,
+                      const int64_t* src_ptr, const int64_t* src_perm, const int64_t* edge_dst,
+                      const T* g, const T* x, const T* y, const T* w,
+                      const T* ggx, const T* ggy, const T* ggw,
+                      T* dg, T* dx, T* dy, T* dw, int nt) {
+  const std::vector<T> xcm = to_cm_all<T, IN1, to_cm_in1<T>>(x, n_src, nt);
+  const std::vector<T> ggxcm = ggx ? to_cm_all<T, IN1, to_cm_in1<T>>(ggx, n_src, nt)
+                                   : std::vector<T>();
+  const std::vector<T> gcm = to_cm_all<T, OUT, to_cm_out<T>>(g, n_dst, nt);
+#pragma omp parallel num_threads(nt)
+  {
+    alignas(64) T dgc[OUTB];
+    alignas(64) T dxc[IN1B];
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t n = 0; n < n_dst; ++n) {
+      zero(dgc, OUT);
+      for (int64_t p = dst_ptr[n]; p < dst_ptr[n + 1]; ++p) {
+        const int64_t e = dst_perm[p], s = edge_src[e];
+        row_dbwd_fwd<T>(xcm.data() + s * IN1, ggx ? ggxcm.data() + s * IN1 : nullptr,
+                        y + e * IN2, ggy ? ggy + e * IN2 : nullptr,
+                        w + e * WN, ggw ? ggw + e * WN : nullptr, dgc);
+      }
+      from_cm_out(dgc, dg + n * OUT);
+    }
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t s = 0; s < n_src; ++s) {
+      zero(dxc, IN1);
+      for (int64_t p = src_ptr[s]; p < src_ptr[s + 1]; ++p) {
+        const int64_t e = src_perm[p];
+        zero(dy + e * IN2, IN2);
+        zero(dw + e * WN, WN);
+        row_dbwd_bwd<T>(xcm.data() + s * IN1, ggx ? ggxcm.data() + s * IN1 : nullptr,
+                        y + e * IN2, ggy ? ggy + e * IN2 : nullptr,
+                        w + e * WN, ggw ? ggw + e * WN : nullptr,
+                        gcm.data() + edge_dst[e] * OUT, dxc, dy + e * IN2, dw + e * WN);
+      }
+      from_cm_in1(dxc, dx + s * IN1);
+    }
+  }
+}
+"""
+
+_EXPORTS = r"""
+void tp_fwd_SFX(int64_t B, const SCALAR* x, const SCALAR* y, const SCALAR* w, SCALAR* out, int nt) {
+  tp_fwd(B, x, y, w, out, nt);
+}
+void tp_bwd_SFX(int64_t B, const SCALAR* g, const SCALAR* x, const SCALAR* y, const SCALAR* w,
+                SCALAR* gx, SCALAR* gy, SCALAR* gw, int nt) {
+  tp_bwd(B, g, x, y, w, gx, gy, gw, nt);
+}
+void tp_dbwd_SFX(int64_t B, const SCALAR* g, const SCALAR* x, const SCALAR* y, const SCALAR* w,
+                 const SCALAR* ggx, const SCALAR* ggy, const SCALAR* ggw,
+                 SCALAR* dg, SCALAR* dx, SCALAR* dy, SCALAR* dw, int nt) {
+  tp_dbwd(B, g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw, nt);
+}
+void conv_fwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr, const int64_t* dst_perm,
+                  const int64_t* edge_src, const SCALAR* x, const SCALAR* y, const SCALAR* w, SCALAR* out, int nt) {
+  conv_fwd(n_dst, n_src, dst_ptr, dst_perm, edge_src, x, y, w, out, nt);
+}
+void conv_bwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* src_ptr, const int64_t* src_perm,
+                  const int64_t* edge_dst, const SCALAR* g, const SCALAR* x, const SCALAR* y, const SCALAR* w,
+                  SCALAR* gx, SCALAR* gy, SCALAR* gw, int nt) {
+  conv_bwd(n_dst, n_src, src_ptr, src_perm, edge_dst, g, x, y, w, gx, gy, gw, nt);
+}
+void conv_dbwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr, const int64_t* dst_perm,
+                   const int64_t* edge_src, const int64_t* src_ptr, const int64_t* src_perm,
+                   const int64_t* edge_dst, const SCALAR* g, const SCALAR* x, const SCALAR* y, const SCALAR* w,
+                   const SCALAR* ggx, const SCALAR* ggy, const SCALAR* ggw,
+                   SCALAR* dg, SCALAR* dx, SCALAR* dy, SCALAR* dw, int nt) {
+  conv_dbwd(n_dst, n_src, dst_ptr, dst_perm, edge_src, src_ptr, src_perm, edge_dst,
+            g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw, nt);
+}
+"""
+
+
+def generate_cpu_source(desc: TPDescriptor) -> str:
+    """The complete C++ translation unit for ``desc`` (both float32 and float64)."""
+    return _Gen(desc).source()

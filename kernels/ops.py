@@ -1,0 +1,251 @@
+"""PyTorch custom ops (``torch.ops.equibench.*``) over the kernel backends.
+
+Ops take the descriptor as its hash string ``key`` (registered with
+:func:`register_descriptor`) and a ``backend`` name, so they are plain
+``torch.library.custom_op`` s: opaque to ``torch.compile`` (fake implementations give
+the output shapes) and differentiable twice:
+
+* ``tp_fwd`` / ``conv_fwd`` have autograd formulas calling ``tp_bwd`` / ``conv_bwd``;
+* ``tp_bwd`` / ``conv_bwd`` have autograd formulas calling the double-backward ops, so
+  ``torch.autograd.grad(..., create_graph=True)`` (forces in training) works;
+* the double-backward ops are not differentiable (third derivatives are not needed).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from .descriptor import TPDescriptor
+from .errors import KernelUnavailable
+from .graph import ConvPlan
+
+_DESCRIPTORS: dict[str, TPDescriptor] = {}
+BACKENDS = ("cpu", "triton")
+
+
+class Kernels(Protocol):
+    """What a backend provides (see :class:`.cpu_build.CpuKernels` for the semantics)."""
+
+    def tp_forward(self, x: Tensor, y: Tensor, w: Tensor) -> Tensor: ...
+    def tp_backward(self, g: Tensor, x: Tensor, y: Tensor, w: Tensor) -> tuple: ...
+    def tp_double_backward(self, g, x, y, w, ggx, ggy, ggw) -> tuple: ...  # noqa: ANN001
+    def conv_forward(self, x: Tensor, y: Tensor, w: Tensor, plan: ConvPlan) -> Tensor: ...
+    def conv_backward(self, g, x, y, w, plan: ConvPlan) -> tuple: ...  # noqa: ANN001
+    def conv_double_backward(self, g, x, y, w, ggx, ggy, ggw, plan) -> tuple: ...  # noqa: ANN001
+
+
+def register_descriptor(desc: TPDescriptor) -> str:
+    """Make ``desc`` reachable from the ops; returns its key (the descriptor hash)."""
+    _DESCRIPTORS.setdefault(desc.hash, desc)
+    return desc.hash
+
+
+def descriptor(key: str) -> TPDescriptor:
+    try:
+        return _DESCRIPTORS[key]
+    except KeyError:
+        raise KeyError(f"descriptor {key[:12]} is not registered") from None
+
+
+def kernels(key: str, backend: str) -> Kernels:
+    """The compiled kernels of a registered descriptor on ``backend``."""
+    desc = descriptor(key)
+    if backend == "cpu":
+        from .cpu_build import cpu_kernels
+
+        return cpu_kernels(desc)
+    if backend == "triton":
+        from .triton_tp import triton_kernels
+
+        return triton_kernels(desc)
+    raise KernelUnavailable(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+
+
+def _c(t: Tensor | None) -> Tensor | None:
+    return None if t is None else t.contiguous()
+
+
+def _plan(src: Tensor, dst: Tensor, dptr: Tensor, dperm: Tensor, sptr: Tensor, sperm: Tensor):
+    return ConvPlan(src, dst, dptr, dperm, sptr, sperm)
+
+
+# ----------------------------------------------------------------------------- TP ops
+@torch.library.custom_op("equibench::tp_fwd", mutates_args=())
+def tp_fwd(x: Tensor, y: Tensor, w: Tensor, key: str, backend: str) -> Tensor:
+    """``(B, out_dim)`` tensor product of ``x (B, in1)``, ``y (B, in2)``, ``w (B, W)``."""
+    return kernels(key, backend).tp_forward(x.contiguous(), y.contiguous(), w.contiguous())
+
+
+@tp_fwd.register_fake
+def _(x: Tensor, y: Tensor, w: Tensor, key: str, backend: str) -> Tensor:
+    return x.new_empty(x.shape[0], descriptor(key).out_dim)
+
+
+@torch.library.custom_op("equibench::tp_bwd", mutates_args=())
+def tp_bwd(
+    g: Tensor, x: Tensor, y: Tensor, w: Tensor, key: str, backend: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients ``(gx, gy, gw)`` of ``sum(g * tp_fwd(x, y, w))``."""
+    return kernels(key, backend).tp_backward(*map(_c, (g, x, y, w)))
+
+
+@tp_bwd.register_fake
+def _(g: Tensor, x: Tensor, y: Tensor, w: Tensor, key: str, backend: str):
+    return torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
+
+
+@torch.library.custom_op("equibench::tp_dbwd", mutates_args=())
+def tp_dbwd(
+    g: Tensor,
+    x: Tensor,
+    y: Tensor,
+    w: Tensor,
+    ggx: Tensor | None,
+    ggy: Tensor | None,
+    ggw: Tensor | None,
+    key: str,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients ``(dg, dx, dy, dw)`` of ``<ggx, gx> + <ggy, gy> + <ggw, gw>``."""
+    return kernels(key, backend).tp_double_backward(*map(_c, (g, x, y, w, ggx, ggy, ggw)))
+
+
+@tp_dbwd.register_fake
+def _(g, x, y, w, ggx, ggy, ggw, key, backend):  # noqa: ANN001, ANN202
+    return tuple(torch.empty_like(t) for t in (g, x, y, w))
+
+
+def _tp_fwd_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    x, y, w, ctx.key, ctx.backend = inputs
+    ctx.save_for_backward(x, y, w)
+
+
+def _tp_fwd_backward(ctx, grad: Tensor):  # noqa: ANN001, ANN202
+    x, y, w = ctx.saved_tensors
+    gx, gy, gw = tp_bwd(grad, x, y, w, ctx.key, ctx.backend)
+    return gx, gy, gw, None, None
+
+
+def _tp_bwd_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    g, x, y, w, ctx.key, ctx.backend = inputs
+    ctx.save_for_backward(g, x, y, w)
+
+
+def _tp_bwd_backward(ctx, ggx: Tensor | None, ggy: Tensor | None, ggw: Tensor | None):  # noqa: ANN001, ANN202
+    g, x, y, w = ctx.saved_tensors
+    dg, dx, dy, dw = tp_dbwd(g, x, y, w, ggx, ggy, ggw, ctx.key, ctx.backend)
+    return dg, dx, dy, dw, None, None
+
+
+tp_fwd.register_autograd(_tp_fwd_backward, setup_context=_tp_fwd_setup)
+tp_bwd.register_autograd(_tp_bwd_backward, setup_context=_tp_bwd_setup)
+
+
+# --------------------------------------------------------------------------- conv ops
+# Graph arguments, in order: edge_src, edge_dst, dst_ptr, dst_perm, src_ptr, src_perm
+# (a ConvPlan, flattened because custom ops take tensors, not dataclasses).
+@torch.library.custom_op("equibench::conv_fwd", mutates_args=())
+def conv_fwd(
+    x: Tensor,
+    y: Tensor,
+    w: Tensor,
+    edge_src: Tensor,
+    edge_dst: Tensor,
+    dst_ptr: Tensor,
+    dst_perm: Tensor,
+    src_ptr: Tensor,
+    src_perm: Tensor,
+    key: str,
+    backend: str,
+) -> Tensor:
+    """``(num_nodes, out_dim)``: ``out[n] = sum_{e: dst(e)=n} TP(x[src(e)], y[e], w[e])``."""
+    plan = _plan(edge_src, edge_dst, dst_ptr, dst_perm, src_ptr, src_perm)
+    return kernels(key, backend).conv_forward(*map(_c, (x, y, w)), plan)
+
+
+@conv_fwd.register_fake
+def _(x, y, w, edge_src, edge_dst, dst_ptr, dst_perm, src_ptr, src_perm, key, backend):  # noqa: ANN001, ANN202
+    return x.new_empty(dst_ptr.shape[0] - 1, descriptor(key).out_dim)
+
+
+@torch.library.custom_op("equibench::conv_bwd", mutates_args=())
+def conv_bwd(
+    g: Tensor,
+    x: Tensor,
+    y: Tensor,
+    w: Tensor,
+    edge_src: Tensor,
+    edge_dst: Tensor,
+    dst_ptr: Tensor,
+    dst_perm: Tensor,
+    src_ptr: Tensor,
+    src_perm: Tensor,
+    key: str,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients ``(gx, gy, gw)`` of ``sum(g * conv_fwd(x, y, w))``."""
+    plan = _plan(edge_src, edge_dst, dst_ptr, dst_perm, src_ptr, src_perm)
+    return kernels(key, backend).conv_backward(*map(_c, (g, x, y, w)), plan)
+
+
+@conv_bwd.register_fake
+def _(g, x, y, w, edge_src, edge_dst, dst_ptr, dst_perm, src_ptr, src_perm, key, backend):  # noqa: ANN001, ANN202
+    return torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
+
+
+@torch.library.custom_op("equibench::conv_dbwd", mutates_args=())
+def conv_dbwd(
+    g: Tensor,
+    x: Tensor,
+    y: Tensor,
+    w: Tensor,
+    ggx: Tensor | None,
+    ggy: Tensor | None,
+    ggw: Tensor | None,
+    edge_src: Tensor,
+    edge_dst: Tensor,
+    dst_ptr: Tensor,
+    dst_perm: Tensor,
+    src_ptr: Tensor,
+    src_perm: Tensor,
+    key: str,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients ``(dg, dx, dy, dw)`` of ``<ggx, gx> + <ggy, gy> + <ggw, gw>``."""
+    plan = _plan(edge_src, edge_dst, dst_ptr, dst_perm, src_ptr, src_perm)
+    k = kernels(key, backend)
+    return k.conv_double_backward(*map(_c, (g, x, y, w, ggx, ggy, ggw)), plan)
+
+
+@conv_dbwd.register_fake
+def _(g, x, y, w, ggx, ggy, ggw, *graph_and_names):  # noqa: ANN001, ANN002, ANN202
+    return tuple(torch.empty_like(t) for t in (g, x, y, w))
+
+
+def _conv_fwd_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    x, y, w, *graph, ctx.key, ctx.backend = inputs
+    ctx.save_for_backward(x, y, w, *graph)
+
+
+def _conv_fwd_backward(ctx, grad: Tensor):  # noqa: ANN001, ANN202
+    x, y, w, *graph = ctx.saved_tensors
+    gx, gy, gw = conv_bwd(grad, x, y, w, *graph, ctx.key, ctx.backend)
+    return (gx, gy, gw) + (None,) * 8
+
+
+def _conv_bwd_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+    g, x, y, w, *graph, ctx.key, ctx.backend = inputs
+    ctx.save_for_backward(g, x, y, w, *graph)
+
+
+def _conv_bwd_backward(ctx, ggx, ggy, ggw):  # noqa: ANN001, ANN202
+    g, x, y, w, *graph = ctx.saved_tensors
+    dg, dx, dy, dw = conv_dbwd(g, x, y, w, ggx, ggy, ggw, *graph, ctx.key, ctx.backend)
+    return (dg, dx, dy, dw) + (None,) * 8
+
+
+conv_fwd.register_autograd(_conv_fwd_backward, setup_context=_conv_fwd_setup)
+conv_bwd.register_autograd(_conv_bwd_backward, setup_context=_conv_bwd_setup)
