@@ -8,6 +8,7 @@ torch and e3nn, so a case does not pay the import again.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import math
 import multiprocessing as mp
 import os
@@ -37,6 +38,9 @@ class RunSettings:
     seed: int = 0
     timeout_s: float = 900.0
     config_hash: str = ""
+    # Modules imported in each case process before it runs: implementations kept outside
+    # this tree register themselves this way.
+    plugins: tuple[str, ...] = ()
     measure: MeasureConfig = field(default_factory=MeasureConfig)
 
 
@@ -109,11 +113,14 @@ def run_case(case: Case, settings: RunSettings) -> dict:
 
 
 def _child(conn, case_dict: dict, settings_dict: dict) -> None:
-    settings = RunSettings(**{**settings_dict, "measure": MeasureConfig(**settings_dict["measure"])})
+    measure = MeasureConfig(**settings_dict["measure"])
+    settings = RunSettings(**{**settings_dict, "measure": measure})
     if settings.threads > 0:
         torch.set_num_threads(settings.threads)
     case = Case.from_dict(case_dict)
     try:
+        for module in settings.plugins:
+            importlib.import_module(module)
         row = run_case(case, settings)
     except BaseException as err:  # noqa: BLE001 - report, then exit
         row = {**case.to_dict(), "status": "error",

@@ -35,7 +35,7 @@ def directional_call(
         def backward() -> Outputs:
             out = fn(*leaves)
             grads = torch.autograd.grad(out, leaves, grad_out, materialize_grads=True)
-            return {f"grad_{n}": g for n, g in zip(names, grads)}
+            return {f"grad_{n}": g for n, g in zip(names, grads, strict=False)}
 
         return backward
 
@@ -46,9 +46,9 @@ def directional_call(
             grads = torch.autograd.grad(
                 out, leaves, grad_out, create_graph=True, materialize_grads=True
             )
-            scalar = sum((g * p).sum() for g, p in zip(grads, probes))
+            scalar = sum((g * p).sum() for g, p in zip(grads, probes, strict=False))
             second = torch.autograd.grad(scalar, leaves, materialize_grads=True)
-            return {f"grad2_{n}": g for n, g in zip(names, second)}
+            return {f"grad2_{n}": g for n, g in zip(names, second, strict=False)}
 
         return double_backward
     raise ValueError(f"direction {direction!r} has no meaning for a differentiable operation")

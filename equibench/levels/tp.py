@@ -64,7 +64,8 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
     ref_data = _cast(master, torch.float64, case.device)
 
     def reference():
-        return _bench_fn(problem.e3nn_module(torch.float64).to(case.device), ref_data, case.direction)()
+        reference_module = problem.e3nn_module(torch.float64).to(case.device)
+        return _bench_fn(reference_module, ref_data, case.direction)()
 
     cost = tp_cost(problem)
     itemsize = torch.empty((), dtype=dtype).element_size()

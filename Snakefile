@@ -1,0 +1,28 @@
+# equibench: one command from workloads to a published dashboard.
+#   snakemake --profile workflows/profiles/local                  # quick preset
+#   snakemake --profile workflows/profiles/local --config preset=full
+import os
+
+from equibench import config as eqcfg
+
+configfile: os.path.join(workflow.basedir, "workflows", "config", "default.yaml")
+
+# Validated against workflows/config/schema.yaml before any job runs; an unknown key or a
+# bad value stops here with a message naming it.
+try:
+    CFG = eqcfg.resolve(config)
+except eqcfg.ConfigError as err:
+    raise WorkflowError(str(err)) from None
+
+RUN = f"results/{CFG['name']}"
+
+
+include: "workflows/benchmark.smk"
+include: "workflows/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        f"{RUN}/results.parquet",
+        f"{RUN}/dashboard/index.html",

@@ -1,0 +1,255 @@
+"""The ``equibench`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from equibench import config as config_mod
+from equibench import registry, results
+from equibench.cases import DIRECTIONS, LEVELS, expand
+from equibench.measure import MeasureConfig
+from equibench.precision import PRECISIONS
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+
+
+def _settings(args: argparse.Namespace, cfg: dict | None = None):
+    from equibench.runner import RunSettings
+
+    cfg = cfg or {}
+    measure = MeasureConfig(**cfg.get("measure", {}))
+    if getattr(args, "budget", None) is not None:
+        measure = MeasureConfig(**{**measure.__dict__, "budget_s": args.budget})
+    return RunSettings(
+        run_id=getattr(args, "run_id", None) or cfg.get("name", "adhoc"),
+        threads=args.threads if getattr(args, "threads", None) is not None
+        else cfg.get("threads", 0),
+        seed=cfg.get("seed", 0),
+        timeout_s=cfg.get("timeout_s", 900.0),
+        config_hash=config_mod.config_hash(cfg) if cfg else "",
+        measure=measure,
+        plugins=tuple(cfg.get("plugins", [])) + tuple(getattr(args, "plugin", None) or []),
+    )
+
+
+def _print_table(frame: pd.DataFrame) -> None:
+    cols = ["implementation", "workload", "direction", "precision", "batch", "device",
+            "status", "time_median_s", "throughput", "peak_mem_bytes", "max_scaled_err",
+            "reason"]
+    view = frame[[c for c in cols if c in frame.columns]].copy()
+    view["reason"] = view["reason"].str.slice(0, 60)
+    with pd.option_context("display.max_rows", 500, "display.width", 200,
+                           "display.max_colwidth", 60, "display.float_format", "{:.4g}".format):
+        print(view.to_string(index=False))
+
+
+def _log_row(row: dict) -> None:
+    """One line per finished case, for logs where a progress bar would be noise."""
+    timing = (f"{row['time_median_s']:.4g} s" if row.get("status") == "ok"
+              else str(row.get("reason", ""))[:100])
+    print(f"[{row['status']}] {row['implementation']} {row['workload']} {row['direction']} "
+          f"{row['precision']} batch={row['batch']}: {timing}", flush=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from equibench.runner import run_cases
+
+    cases = list(expand(
+        level=args.level, workloads=_csv(args.workload), implementations=_csv(args.implementation),
+        directions=_csv(args.direction), precisions=_csv(args.precision), batches=args.batch,
+        device=args.device,
+    ))
+    frame = run_cases(cases, _settings(args), args.out, progress=not args.quiet)
+    _print_table(frame)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from equibench.devices import exclusive
+    from equibench.runner import run_cases
+
+    cfg = config_mod.load(args.config)
+    cases = config_mod.suite_cases(cfg, args.suite, args.workload, args.implementation,
+                                   args.device)
+    print(f"{len(cases)} cases: suite {args.suite}, {args.workload}, {args.implementation}, "
+          f"{args.device}", flush=True)
+    with exclusive(args.device, Path(args.out).parent / ".locks"):
+        frame = run_cases(cases, _settings(args, cfg), args.out, progress=not args.quiet,
+                          on_row=_log_row if args.quiet else None)
+    _print_table(frame)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    frame = results.read(args.results)
+    for clause in args.where or []:
+        key, _, value = clause.partition("=")
+        if key not in frame.columns:
+            raise SystemExit(f"--where: no column {key!r}; columns: {', '.join(frame.columns)}")
+        frame = frame[frame[key].astype(str) == value]
+    if args.columns:
+        cols = _csv(args.columns)
+        unknown = [c for c in cols if c not in frame.columns]
+        if unknown:
+            raise SystemExit(f"--columns: no column(s) {unknown}")
+        print(frame[cols].to_string(index=False))
+    else:
+        _print_table(frame)
+    counts = frame["status"].value_counts().to_dict()
+    print(f"\n{len(frame)} rows: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from equibench.environment import capture
+
+    print(json.dumps(capture(args.device), indent=2))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from equibench.workloads import TP_WORKLOADS
+
+    print("implementations:")
+    for name in registry.names():
+        impl = registry.get(name)
+        reason = impl.available(args.device)
+        state = "available" if reason is None else f"unavailable: {reason}"
+        print(f"  {name:18s} levels={','.join(sorted(impl.levels)):10s} {state}")
+        print(f"  {'':18s} {impl.description}")
+    print("tensor-product workloads:")
+    for name, p in TP_WORKLOADS.items():
+        print(f"  {name:16s} {p.mode} {p.irreps_in1} x {p.irreps_in2} ({len(p.instructions)} "
+              "paths)")
+    return 0
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    frame = results.read(args.inputs)
+    results.write_atomic(frame, args.out)
+    counts = frame["status"].value_counts().to_dict()
+    print(f"wrote {args.out}: {len(frame)} rows (" +
+          ", ".join(f"{k} {v}" for k, v in counts.items()) + ")")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from equibench.dashboards.site import write_site
+
+    index = write_site(results.read(args.results), args.out)
+    print(f"dashboard: {index}")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    cfg = config_mod.load(args.file)
+    if args.jobs:
+        for job in config_mod.jobs(cfg):
+            print(" ".join(job))
+    else:
+        print(json.dumps(cfg, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="equibench",
+        description="Benchmark equivariant GNN implementations: verify against a float64 "
+                    "reference, then time them.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run one case or a small sweep given on the command line",
+                       description="Run the cartesian product of the given values; each "
+                                   "value list is comma-separated.")
+    p.add_argument("--level", choices=LEVELS, default="tp")
+    p.add_argument("--workload", required=True, help="e.g. mace-large,nequip-benzene")
+    p.add_argument("--implementation", required=True, help="e.g. e3nn,e3nn-compiled")
+    p.add_argument("--direction", default="forward", help=f"from {', '.join(DIRECTIONS)}")
+    p.add_argument("--precision", default="float32", help=f"from {', '.join(PRECISIONS)}")
+    p.add_argument("--batch", type=_ints, default=[1024], help="e.g. 256,1024")
+    p.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    p.add_argument("--threads", type=int, help="torch threads on CPU (default: all cores)")
+    p.add_argument("--budget", type=float, help="timing budget per case, seconds")
+    p.add_argument("--out", help="write the result table (parquet) here")
+    p.add_argument("--plugin", action="append", metavar="MODULE",
+                   help="import MODULE first (an implementation kept outside this tree)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("sweep", help="run one job of a workflow configuration (Snakemake "
+                                     "calls this)")
+    p.add_argument("--config", required=True, help="configuration YAML")
+    p.add_argument("--suite", required=True)
+    p.add_argument("--workload", required=True)
+    p.add_argument("--implementation", required=True)
+    p.add_argument("--device", required=True)
+    p.add_argument("--out", required=True, help="result table to write (parquet)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("show", help="print a results table")
+    p.add_argument("results", nargs="+", help="result files or directories")
+    p.add_argument("--where", action="append", metavar="COL=VALUE", help="filter rows")
+    p.add_argument("--columns", help="comma-separated columns to print")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("env", help="print the environment recorded with every row")
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(func=cmd_env)
+
+    p = sub.add_parser("list", help="list implementations (with availability) and workloads")
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("merge", help="concatenate result tables (runs, machines) into one")
+    p.add_argument("--out", required=True)
+    p.add_argument("inputs", nargs="+")
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("dashboard", help="write the static dashboard site for a results table")
+    p.add_argument("results", nargs="+")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(func=cmd_dashboard)
+
+    p = sub.add_parser("config", help="validate a configuration and print it resolved")
+    p.add_argument("file")
+    p.add_argument("--jobs", action="store_true", help="print the benchmark jobs instead")
+    p.set_defaults(func=cmd_config)
+
+    try:
+        from equibench.datasets.cli import add_parser as add_datasets
+    except ImportError:
+        pass  # the datasets package is optional at this layer
+    else:
+        add_datasets(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (config_mod.ConfigError, results.SchemaError, FileNotFoundError, ValueError) as err:
+        print(f"equibench {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

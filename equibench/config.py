@@ -1,0 +1,97 @@
+"""Workflow configuration: presets, overrides, schema validation and expansion into cases."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from equibench.cases import Case, expand
+from equibench.devices import resolve_devices
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO_ROOT / "workflows" / "config"
+SCHEMA_PATH = CONFIG_DIR / "schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration that does not follow workflows/config/schema.yaml."""
+
+
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    """``override`` wins; mappings merge recursively, everything else is replaced."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _preset_path(preset: str) -> Path:
+    named = CONFIG_DIR / f"{preset}.yaml"
+    if named.exists():
+        return named
+    path = Path(preset)
+    if path.exists():
+        return path
+    choices = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml") if p.stem not in ("default",
+                                                                                 "schema"))
+    raise ConfigError(f"preset {preset!r} is neither one of {choices} nor an existing file")
+
+
+def validate(config: Mapping) -> None:
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(dict(config)))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "<top level>"
+        raise ConfigError(f"invalid configuration at {where}: {error.message}")
+
+
+def resolve(config: Mapping) -> dict:
+    """Merge the preset named by ``config['preset']`` under ``config`` and validate."""
+    preset = config.get("preset", "quick")
+    merged = deep_merge(yaml.safe_load(_preset_path(preset).read_text()) or {}, config)
+    merged["preset"] = preset
+    validate(merged)
+    return merged
+
+
+def load(path: str | Path) -> dict:
+    """Load a resolved-or-not configuration file and resolve it."""
+    return resolve(yaml.safe_load(Path(path).read_text()) or {})
+
+
+def config_hash(config: Mapping) -> str:
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def jobs(config: Mapping) -> Iterator[tuple[str, str, str, str]]:
+    """(suite, workload, implementation, device) of every Snakemake benchmark job."""
+    for device in resolve_devices(config["device"]):
+        for suite in config["suites"]:
+            for workload in suite["workloads"]:
+                for implementation in suite["implementations"]:
+                    yield suite["name"], workload, implementation, device
+
+
+def suite_cases(config: Mapping, suite: str, workload: str, implementation: str,
+                device: str) -> list[Case]:
+    """The cases of one job, in a stable order."""
+    for block in config["suites"]:
+        if block["name"] == suite:
+            return list(expand(
+                level=block["level"], workloads=[workload], implementations=[implementation],
+                directions=block["directions"], precisions=block["precisions"],
+                batches=block["batches"], device=device,
+                variants=block.get("variants", ["default"]),
+            ))
+    raise ConfigError(f"no suite named {suite!r} in the configuration")

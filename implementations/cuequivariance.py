@@ -1,0 +1,168 @@
+"""NVIDIA cuEquivariance: the workload's instruction list as a ``cue`` segmented polynomial.
+
+The polynomial is built here from the e3nn instructions rather than taken from
+``cuet.ChannelWiseTensorProduct`` / ``cuet.FullyConnectedTensorProduct``: those order their
+paths (weight blocks) and, for channel-wise products, their output segments by sorted output
+irreps, so matching e3nn would cost a weight gather and an output gather in every timed call.
+Built from the instructions, with the same subscripts and the same (exactly sparse)
+Clebsch-Gordan tables, it is the polynomial those classes build, up to the order of its segments
+and per-path constants, so the kernels do the same work. Conversions, all done once at build:
+
+- layout: the kernels take ``ir_mul`` operands; inputs and output are e3nn's ``mul_ir``, so they
+  go through ``cuet.TransposeIrrepsLayout`` as in cuEquivariance's own ``layout=cue.mul_ir``
+  modules (an identity for segments of multiplicity 1 or dimension 1).
+- weights and outputs: one weight segment per instruction, in instruction order, of shape
+  ``(mul1, mul2)`` for ``uvu`` and ``(mul1, mul2, mul_out)`` for ``uvw``, row-major as in
+  e3nn; output segments follow e3nn's ``irreps_out``.
+- normalization: ``cue.clebsch_gordan`` is e3nn's ``wigner_3j`` times ``sqrt(2 l_out + 1)``, so
+  each path's coefficients are ``cg * path_weight / sqrt(2 l_out + 1)`` with the
+  ``path_weight`` of the e3nn reference module (component irreps, element paths).
+
+Methods: ``naive`` (pure PyTorch, differentiable to any order) on CPU or without
+``cuequivariance_ops_torch``; with the ops on CUDA, ``uniform_1d`` when every segment has one
+shape (the channel-wise workloads), else ``fused_tp`` (``uvw``). Half precisions compute in
+float32 (``math_dtype``), as the CUDA kernels do; ``tfloat32`` only changes the ``naive``
+path's matmuls, the CUDA kernels compute in float32 regardless.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+
+import torch
+
+from equibench.registry import ConvFunction, Implementation, TPFunction, Unsupported, register
+from equibench.workloads import TPProblem
+
+log = logging.getLogger(__name__)
+
+# e3nn connection mode -> subscripts (weights, in1, in2, out) + Clebsch-Gordan modes.
+# "uvu" sums over v, as e3nn does; cue's own channel-wise "kuv" output equals it for mul2 = 1.
+_SUBSCRIPTS = {"uvu": "uv,iu,jv,ku+ijk", "uvw": "uvw,iu,jv,kw+ijk"}
+
+
+def has_cuda_ops() -> bool:
+    """Whether ``cuequivariance_ops_torch`` (the CUDA kernels) imports."""
+    try:
+        import cuequivariance_ops_torch  # noqa: F401
+    except Exception:  # noqa: BLE001 - without CUDA it raises OSError (libnvrtc), not ImportError
+        return False
+    return True
+
+
+def polynomial(problem: TPProblem):
+    """The product as a ``cue.SegmentedPolynomial``, in e3nn's order and normalization.
+
+    Inputs ``(w, x, y)`` of sizes ``(weight_numel, d1, d2)``, output of size ``d_out``; ``x``,
+    ``y`` and the output in ``ir_mul`` layout, ``w`` in e3nn's layout.
+    """
+    import cuequivariance as cue
+
+    if problem.mode not in _SUBSCRIPTS:
+        raise Unsupported(f"connection mode {problem.mode!r} has no cuEquivariance subscripts")
+    irreps = [cue.Irreps("O3", s)
+              for s in (problem.irreps_in1, problem.irreps_in2, problem.irreps_out)]
+    stp = cue.SegmentedTensorProduct.from_subscripts(_SUBSCRIPTS[problem.mode])
+    for operand, operand_irreps in enumerate(irreps, start=1):
+        for mul, ir in operand_irreps:
+            stp.add_segment(operand, (ir.dim, mul))
+    for ins in problem.e3nn_module(torch.float64).instructions:
+        if ins.connection_mode != problem.mode or not ins.has_weight:
+            raise Unsupported(f"mixed or weightless instructions: {ins}")
+        ir1, ir2, ir_out = (irreps[k][i].ir for k, i in
+                            enumerate((ins.i_in1, ins.i_in2, ins.i_out)))
+        [cg] = cue.clebsch_gordan(ir1, ir2, ir_out)  # O(3) has no CG multiplicity
+        # None: a new weight segment, its shape taken from the modes of the other operands.
+        stp.add_path(None, ins.i_in1, ins.i_in2, ins.i_out,
+                     c=cg * (ins.path_weight / math.sqrt(ir_out.dim)))
+    return cue.SegmentedPolynomial.eval_last_operand(stp)
+
+
+def choose_method(poly, device: str) -> str:
+    """``naive`` unless the CUDA kernels can run; then the kernel cuEquivariance would pick."""
+    if not device.startswith("cuda") or not has_cuda_ops():
+        return "naive"
+    flat = poly.flatten_coefficient_modes().squeeze_modes()
+    single_mode = all(len(stp.subscripts.modes()) == 1 for _, stp in flat.operations)
+    return "uniform_1d" if flat.all_same_segment_shape() and single_mode else "fused_tp"
+
+
+class CueProduct(torch.nn.Module):
+    """The product on e3nn-layout tensors: ``x (B, d1), y (B, d2), w (B, weight_numel)``."""
+
+    def __init__(self, problem: TPProblem, dtype: torch.dtype, device: str):
+        super().__init__()
+        import cuequivariance as cue
+        import cuequivariance_torch as cuet
+
+        poly = polynomial(problem)
+        self.method = choose_method(poly, device)
+        # The kernels accumulate in float32 or float64 only; half inputs compute in float32.
+        math_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.poly = cuet.SegmentedPolynomial(poly, method=self.method,
+                                                 math_dtype=math_dtype).to(device)
+            self.in1, self.in2, self.out = (
+                cuet.TransposeIrrepsLayout(cue.Irreps("O3", s), source=src, target=dst,
+                                           device=device)
+                for s, src, dst in (
+                    (problem.irreps_in1, cue.mul_ir, cue.ir_mul),
+                    (problem.irreps_in2, cue.mul_ir, cue.ir_mul),
+                    (problem.irreps_out, cue.ir_mul, cue.mul_ir),
+                )
+            )
+        # A backend that failed to load falls back to naive with a warning: record it once.
+        self.method = self.poly.method
+        for w in caught:
+            log.info("cuequivariance %s: %s", problem.name, w.message)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``(B, d1), (B, d2), (B, weight_numel) -> (B, d_out)``."""
+        [out] = self.poly([w, self.in1(x), self.in2(y)])
+        return self.out(out)
+
+    def conv(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, edge_src: torch.Tensor,
+             edge_dst: torch.Tensor, num_nodes: int) -> torch.Tensor:
+        """``x (N, d1)`` gathered by ``edge_src (E,)``, ``y (E, d2)``, ``w (E, weight_numel)``,
+        products scatter-summed by ``edge_dst (E,)`` into ``(num_nodes, d_out)``.
+
+        Gather and scatter are the polynomial's own indices (fused in ``uniform_1d``); nodes are
+        transposed before the gather and after the scatter, so per node rather than per edge.
+        """
+        [out] = self.poly(
+            [w, self.in1(x), self.in2(y)],
+            input_indices={1: edge_src},
+            output_indices={0: edge_dst},
+            # Only the row count of this tensor is read.
+            output_shapes={0: x.new_empty(num_nodes, 1)},
+        )
+        return self.out(out)
+
+
+@register
+class CuEquivariance(Implementation):
+    name = "cuequivariance"
+    levels = frozenset({"tp", "conv"})
+    description = (
+        "cuEquivariance SegmentedPolynomial from the e3nn instructions, mul_ir layout; naive "
+        "(PyTorch) on CPU, uniform_1d/fused_tp with cuequivariance_ops_torch on CUDA; conv = "
+        "indexed gather/scatter"
+    )
+    precisions = frozenset({"float64", "float32", "tfloat32", "bfloat16", "float16"})
+
+    def available(self, device: str) -> str | None:
+        try:
+            import cuequivariance  # noqa: F401
+            import cuequivariance_torch  # noqa: F401
+        except Exception as err:  # noqa: BLE001 - any import failure means unavailable
+            return f"cuequivariance_torch does not import: {type(err).__name__}: {err}"
+        return None
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+        return CueProduct(problem, dtype, device)
+
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
+        return CueProduct(problem, dtype, device).conv

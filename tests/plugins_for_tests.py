@@ -1,0 +1,57 @@
+"""Deliberately broken implementations, imported as a plugin by the tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import torch
+
+from equibench.registry import Implementation, register
+from equibench.workloads import TPProblem
+
+
+@register
+class Wrong(Implementation):
+    """The e3nn product, one percent off: the gate must catch it."""
+
+    name = "test-wrong"
+    levels = frozenset({"tp"})
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+        module = problem.e3nn_module(dtype).to(device)
+        return lambda x, y, w: module(x, y, w) * 1.01
+
+
+@register
+class Crash(Implementation):
+    """Kills its own process with SIGSEGV, as a faulty native kernel would."""
+
+    name = "test-crash"
+    levels = frozenset({"tp"})
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+
+@register
+class OutOfMemory(Implementation):
+    """Asks for far more memory than any machine has."""
+
+    name = "test-oom"
+    levels = frozenset({"tp"})
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+        def huge(x, y, w):
+            return torch.empty(2**62, dtype=torch.uint8)
+
+        return huge
+
+
+@register
+class Missing(Implementation):
+    name = "test-missing"
+    levels = frozenset({"tp"})
+
+    def available(self, device: str) -> str | None:
+        return "the test-missing library is not installed"

@@ -1,0 +1,34 @@
+import subprocess
+import sys
+
+import pytest
+
+from equibench.cli import build_parser, main
+
+SUBCOMMANDS = ["run", "sweep", "show", "env", "list", "merge", "dashboard", "config"]
+
+
+@pytest.mark.parametrize("command", [None, *SUBCOMMANDS])
+def test_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([command, "--help"] if command else ["--help"])
+    assert exit_info.value.code == 0
+    assert "usage" in capsys.readouterr().out
+
+
+def test_bad_config_is_a_clear_error(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("preset: quick\nthreads: -3\n")
+    assert main(["config", str(bad)]) == 2
+    assert "threads" in capsys.readouterr().err
+
+
+def test_run_show_roundtrip(tmp_path):
+    out = tmp_path / "r.parquet"
+    cmd = [sys.executable, "-m", "equibench.cli", "run", "--workload", "nequip-water",
+           "--implementation", "e3nn", "--precision", "float32,float64", "--batch", "8",
+           "--budget", "0.1", "--threads", "1", "--quiet", "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    shown = subprocess.run([sys.executable, "-m", "equibench.cli", "show", str(out)],
+                           check=True, capture_output=True, text=True, timeout=120)
+    assert "2 rows: ok 2" in shown.stdout

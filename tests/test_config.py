@@ -1,0 +1,43 @@
+import pytest
+
+from equibench import config
+
+
+def test_presets_validate():
+    for preset in ("quick", "full"):
+        cfg = config.resolve({"preset": preset})
+        assert cfg["name"] == preset
+        assert list(config.jobs({**cfg, "device": "cpu"}))
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(config.ConfigError, match="bogus"):
+        config.resolve({"preset": "quick", "bogus": 1})
+
+
+def test_bad_value_is_named():
+    with pytest.raises(config.ConfigError, match="suites/0/precisions/0"):
+        config.resolve({"preset": "quick", "suites": [{
+            "name": "s", "level": "tp", "workloads": ["mace-large"],
+            "implementations": ["e3nn"], "directions": ["forward"],
+            "precisions": ["float99"], "batches": [8]}]})
+
+
+def test_unknown_preset():
+    with pytest.raises(config.ConfigError, match="nosuch"):
+        config.resolve({"preset": "nosuch"})
+
+
+def test_overrides_merge_over_preset():
+    cfg = config.resolve({"preset": "quick", "measure": {"budget_s": 0.25}, "name": "x"})
+    assert cfg["measure"]["budget_s"] == 0.25
+    assert cfg["measure"]["min_repeats"] == 5  # kept from the preset
+    assert cfg["name"] == "x"
+
+
+def test_suite_cases():
+    cfg = config.resolve({"preset": "quick", "device": "cpu"})
+    cases = config.suite_cases(cfg, "tp", "mace-large", "e3nn", "cpu")
+    assert {c.direction for c in cases} == {"forward", "backward"}
+    assert {c.precision for c in cases} == {"float32", "float64"}
+    assert all(c.workload == "mace-large" and c.device == "cpu" for c in cases)

@@ -1,0 +1,65 @@
+"""The correctness gate and per-case process isolation."""
+
+import math
+
+import pytest
+
+from equibench.cases import Case
+from equibench.measure import MeasureConfig
+from equibench.runner import RunSettings, run_case, run_cases
+
+FAST = MeasureConfig(min_repeats=2, max_repeats=5, budget_s=0.2, warmup=0)
+SETTINGS = RunSettings(threads=1, measure=FAST, plugins=("plugins_for_tests",), timeout_s=120)
+
+
+def case(impl, direction="forward", precision="float64", workload="nequip-water", batch=16):
+    return Case("tp", workload, impl, "default", direction, precision, batch, "cpu")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _plugins():
+    import plugins_for_tests  # noqa: F401 - registers the broken implementations
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward", "double_backward"])
+@pytest.mark.parametrize("precision", ["float32", "float64"])
+def test_e3nn_passes_its_own_gate(direction, precision):
+    row = run_case(case("e3nn", direction, precision), SETTINGS)
+    assert row["status"] == "ok", row.get("reason")
+    assert row["max_scaled_err"] <= row["tolerance"]
+    assert row["time_median_s"] > 0 and row["repeats"] >= 2
+    assert row["peak_mem_bytes"] >= 0
+
+
+def test_gate_catches_a_wrong_implementation_and_never_times_it():
+    row = run_case(case("test-wrong"), SETTINGS)
+    assert row["status"] == "incorrect"
+    assert "exceeds tolerance" in row["reason"]
+    assert row["max_scaled_err"] > 1e-3
+    assert "time_median_s" not in row and "time_samples" not in row
+
+
+def test_equivariance_is_checked_on_forward():
+    row = run_case(case("e3nn", "forward", "float64", workload="nequip-toluene"), SETTINGS)
+    assert row["status"] == "ok"
+    assert 0 <= row["equivariance_err"] < 1e-6
+
+
+def test_unavailable_and_unsupported_precision_say_why():
+    row = run_case(case("test-missing"), SETTINGS)
+    assert row["status"] == "unavailable" and "not installed" in row["reason"]
+    row = run_case(case("e3nn", precision="tfloat32"), SETTINGS)
+    assert row["status"] == "unavailable" and "GPU" in row["reason"]
+
+
+def test_crash_and_oom_are_recorded_and_the_sweep_goes_on(tmp_path):
+    cases = [case("test-crash"), case("test-oom"), case("e3nn"), case("test-wrong")]
+    frame = run_cases(cases, SETTINGS, tmp_path / "r.parquet", progress=False)
+    status = dict(zip(frame["implementation"], frame["status"], strict=True))
+    assert status == {"test-crash": "error", "test-oom": "oom", "e3nn": "ok",
+                      "test-wrong": "incorrect"}
+    crash = frame[frame["implementation"] == "test-crash"].iloc[0]
+    assert "SIGSEGV" in crash["reason"]
+    assert math.isnan(crash["time_median_s"])
+    assert (tmp_path / "r.parquet").exists()
+    assert frame["git_commit"].iloc[0] and frame["host"].iloc[0]

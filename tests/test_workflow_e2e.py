@@ -1,0 +1,90 @@
+"""The whole workflow on a tiny configuration: Snakemake -> results table -> dashboard."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from equibench import results
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = {
+    "preset": "quick",
+    "name": "tiny",
+    "device": "cpu",
+    "threads": 1,
+    "measure": {"min_repeats": 2, "max_repeats": 4, "budget_s": 0.1, "warmup": 0},
+    "suites": [{
+        "name": "tp", "level": "tp", "workloads": ["nequip-water"],
+        "implementations": ["e3nn", "openequivariance-missing"],
+        "directions": ["forward", "backward"], "precisions": ["float32", "float64"],
+        "batches": [8, 32],
+    }],
+}
+
+
+def _snakemake(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("snakemake")
+    return subprocess.run(
+        [str(exe), "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+         "--cores", "2", "--configfile", str(workdir / "tiny.yaml"), *extra],
+        capture_output=True, text=True, timeout=900,
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("e2e")
+    (workdir / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    proc = _snakemake(workdir)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return workdir
+
+
+def test_table_has_every_case(tiny_run):
+    frame = results.read(tiny_run / "results/tiny/results.parquet")
+    e3nn = frame[frame["implementation"] == "e3nn"]
+    assert len(e3nn) == 2 * 2 * 2
+    assert (e3nn["status"] == "ok").all()
+    assert (e3nn["max_abs_err"] >= 0).all() and (e3nn["peak_mem_bytes"] >= 0).all()
+    assert set(e3nn["batch"]) == {8, 32}
+    # An unknown implementation is recorded, not silently dropped.
+    missing = frame[frame["implementation"] == "openequivariance-missing"]
+    assert len(missing) == 8 and (missing["status"] == "error").all()
+    assert missing["reason"].str.contains("unknown implementation").all()
+
+
+def test_dashboard_is_self_contained(tiny_run):
+    index = tiny_run / "results/tiny/dashboard/index.html"
+    text = index.read_text()
+    assert "Plotly.newPlot" in text or "Plotly.react" in text
+    # no script loaded from the network: plotly.js is embedded
+    assert not re.search(r"<script[^>]+src=[\"']https?://", text)
+    assert "nequip-water" in text
+
+
+def test_rerun_is_a_no_op(tiny_run):
+    proc = _snakemake(tiny_run, "-n")
+    assert proc.returncode == 0
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_bad_config_fails_before_any_job(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY, "treads": 1}))
+    proc = _snakemake(tmp_path)
+    assert proc.returncode != 0
+    assert "treads" in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_lint_is_clean():
+    exe = Path(sys.executable).with_name("snakemake")
+    proc = subprocess.run([str(exe), "--lint", "--snakefile", str(REPO / "Snakefile")],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0
+    assert "Lints for" not in proc.stdout + proc.stderr

@@ -1,0 +1,47 @@
+# One job per (suite, workload, implementation, device); inside it every case runs in a
+# process of its own, so a crash or an out-of-memory case costs that case alone.
+import json
+
+from equibench import config as eqcfg
+from equibench.devices import from_path_name, path_name
+
+JOBS = list(eqcfg.jobs(CFG))
+CASE_FILES = [
+    f"{RUN}/cases/{suite}/{workload}/{impl}/{path_name(device)}.parquet"
+    for suite, workload, impl, device in JOBS
+]
+
+
+rule resolved_config:
+    output:
+        f"{RUN}/config.yaml",
+    log:
+        f"{RUN}/logs/config.log",
+    params:
+        text=json.dumps(CFG, indent=2, sort_keys=True),
+    conda:
+        "envs/equibench.yaml"
+    shell:
+        "echo {params.text:q} > {output} 2> {log}"
+
+
+rule bench:
+    input:
+        config=f"{RUN}/config.yaml",
+    output:
+        f"{RUN}/cases/{{suite}}/{{workload}}/{{impl}}/{{device}}.parquet",
+    log:
+        f"{RUN}/logs/{{suite}}/{{workload}}/{{impl}}/{{device}}.log",
+    # CPU jobs take every core so that no two timed jobs share the CPU; GPU jobs take one
+    # core and hold a lock on their device.
+    threads: lambda wc: 1 if wc.device.startswith("cuda") else workflow.cores
+    resources:
+        gpu=lambda wc: 1 if wc.device.startswith("cuda") else 0,
+    params:
+        device=lambda wc: from_path_name(wc.device),
+    conda:
+        "envs/equibench.yaml"
+    shell:
+        "equibench sweep --config {input.config} --suite {wildcards.suite} "
+        "--workload {wildcards.workload} --implementation {wildcards.impl} "
+        "--device {params.device} --out {output} --quiet > {log} 2>&1"
