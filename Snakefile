@@ -17,6 +17,8 @@ except eqcfg.ConfigError as err:
 RUN = f"results/{CFG['name']}"
 
 
+include: "workflows/common.smk"
+include: "workflows/datasets.smk"
 include: "workflows/benchmark.smk"
 include: "workflows/report.smk"
 

@@ -22,9 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    # torch is imported where tensors are made, not here: `equibench datasets info`
+    # and preparation never need it, and importing it costs about 2.5 s.
+    import torch
 
 BATCH_MODES = ("dynamic", "padded", "packed")
 
@@ -79,6 +84,7 @@ class GraphBatch:
         self, device: torch.device | str | None = None, dtype: torch.dtype | None = None
     ) -> GraphBatch:
         """Move every tensor to ``device``; cast floating-point tensors to ``dtype``."""
+        import torch
 
         def move(value: object) -> object:
             if isinstance(value, torch.Tensor):
@@ -126,13 +132,16 @@ def assemble_batch(
     max_nodes: int | None = None,
     max_edges: int | None = None,
     max_graphs: int | None = None,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> GraphBatch:
     """Pad ``parts`` to the given slot counts (None: no padding there) and make tensors.
 
-    Raises ValueError when the contents do not fit, or when padding edges are needed
-    but no node slot is left to host them (see the module docstring).
+    Floating-point tensors get ``dtype`` (default ``torch.float32``). Raises ValueError
+    when the contents do not fit, or when padding edges are needed but no node slot
+    is left to host them (see the module docstring).
     """
+    import torch
+
     n, e, g = parts.numbers.shape[0], parts.edge_src.shape[0], parts.n_graphs
     padded = not (max_nodes is None and max_edges is None and max_graphs is None)
     n_slots = n + (1 if padded else 0) if max_nodes is None else max_nodes
@@ -153,7 +162,7 @@ def assemble_batch(
     edge_dst = np.concatenate([parts.edge_dst, pad_src])
 
     # Conversions happen in numpy: for these sizes it is faster than torch's .to().
-    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    np_dtype = torch.empty(0, dtype=dtype or torch.float32).numpy().dtype
 
     def floats(array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(array, dtype=np_dtype))

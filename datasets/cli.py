@@ -16,14 +16,14 @@ from typing import Any
 from .download import DownloadError
 from .registry import DATASETS, describe, info, prepare
 
-EPILOG = """\
-datasets:
-  qm9        QM9 molecules; sources: qm9pack (default, offline), figshare (download)
-  oc20       OC20 S2EF from the Open Catalyst Project; source: download
-  oc20-like  SYNTHETIC OC20-shaped slab + adsorbate systems; source: generator (offline)
-
-files: $EQUIBENCH_DATA_DIR (default ~/.cache/equibench/data), raw/ and prepared/<name>.npz
-"""
+EPILOG = (
+    "datasets (sources, the first is the default):\n"
+    + "".join(
+        f"  {spec.name:<10} {spec.description}; {', '.join(spec.sources)}\n"
+        for spec in DATASETS.values()
+    )
+    + "\nfiles: $EQUIBENCH_DATA_DIR (default ~/.cache/equibench/data): raw/, prepared/<name>.npz\n"
+)
 
 
 def add_parser(subparsers: Any) -> None:
@@ -45,7 +45,9 @@ def add_parser(subparsers: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    prep.add_argument("name", metavar="NAME", choices=sorted(DATASETS), help="dataset name")
+    prep.add_argument(
+        "name", metavar="NAME", choices=sorted(DATASETS), help=f"dataset: {', '.join(DATASETS)}"
+    )
     prep.add_argument(
         "--source", metavar="S", help="where to read it from (default: the first source listed)"
     )
@@ -71,7 +73,9 @@ def add_parser(subparsers: Any) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    show.add_argument("name", metavar="NAME", choices=sorted(DATASETS), help="dataset name")
+    show.add_argument(
+        "name", metavar="NAME", choices=sorted(DATASETS), help=f"dataset: {', '.join(DATASETS)}"
+    )
     show.add_argument("--json", action="store_true", help="print the summary as JSON")
     show.set_defaults(func=run_info)
 
@@ -105,7 +109,7 @@ def run_prepare(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             **_options(args),
         )
-    except DownloadError as err:
+    except (DownloadError, ValueError) as err:  # offline, bad checksum, unknown source
         print(f"error: {err}", file=sys.stderr)
         return 1
     summary = describe(dataset)

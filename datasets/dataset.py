@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from .batching import BatchArrays, BatchPlan, GraphBatch, assemble_batch, plan_batches
 from .graphs import GRAPH_KINDS, Graph, bond_graph, full_graph, limit_neighbors, radius_graph
 from .prepared import PreparedData
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -134,8 +136,10 @@ class Dataset:
         """
         i = self._check(i)
         if kind == "radius" and self._stored_graph_usable(cutoff, max_neighbors):
-            parts = self._stored_edges(np.array([i]), cutoff, max_neighbors)
-            return Graph(*parts[:5])
+            src, dst, vec, shift, cell_shift, _ = self._stored_edges(
+                np.array([i]), cutoff, max_neighbors
+            )
+            return Graph(src, dst, vec, shift, cell_shift)
         s = self.structure(i)
         if kind == "radius":
             return radius_graph(s.pos, cutoff, cell=s.cell, pbc=s.pbc, max_neighbors=max_neighbors)
@@ -209,7 +213,7 @@ class Dataset:
         max_nodes: int | None = None,
         max_edges: int | None = None,
         max_graphs: int | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> GraphBatch:
         """Structures ``indices`` as one :class:`GraphBatch` (padded if any ``max_*`` is set).
 
@@ -217,7 +221,12 @@ class Dataset:
         the whole batch is gathered with array operations (no per-structure loop).
         """
         d = self.data
-        idx = np.asarray(indices, dtype=np.int64) % max(len(self), 1)
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.shape[0] == 0:
+            raise ValueError("a batch needs at least one structure")
+        if idx.min() < -len(self) or idx.max() >= len(self):
+            raise IndexError(f"structure indices out of range for {len(self)} structures")
+        idx = idx % len(self)
         n_a = np.diff(d.atom_ptr)[idx]
         atoms = _ranges(d.atom_ptr[idx], n_a)
         if graph == "radius" and self._stored_graph_usable(cutoff, max_neighbors):
@@ -281,7 +290,7 @@ class Dataset:
         graph: str = "radius",
         cutoff: float = 5.0,
         max_neighbors: int | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> Iterator[GraphBatch]:
         """The batches of ``plan`` (from :meth:`plan`, with the same graph choice)."""
         for indices in plan.batches:

@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from vesin import NeighborList
+
+if TYPE_CHECKING:
+    # vesin is imported where neighbour lists are built: it imports torch (2.5 s),
+    # which loading a dataset or `equibench datasets info` must not pay for.
+    from vesin import NeighborList
 
 GRAPH_KINDS = ("radius", "bonds", "full")
 BOND_TYPES = ("single", "double", "triple", "aromatic")
@@ -118,9 +123,12 @@ def radius_pairs(
     if pos.shape[0] == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 3), np.int64)
     box = np.asarray(cell, dtype=np.float64) if periodic else np.zeros((3, 3))
-    nl = neighbor_list or NeighborList(cutoff=cutoff, full_list=True)
+    if neighbor_list is None:
+        from vesin import NeighborList
+
+        neighbor_list = NeighborList(cutoff=cutoff, full_list=True)
     flags = [bool(p) for p in pbc] if periodic else False
-    src, dst, shift = nl.compute(pos, box, flags, quantities="ijS")
+    src, dst, shift = neighbor_list.compute(pos, box, flags, quantities="ijS")
     src, dst, shift = src.astype(np.int64), dst.astype(np.int64), shift.astype(np.int64)
     order = canonical_order(src, dst, shift)
     src, dst, shift = src[order], dst[order], shift[order]
@@ -153,7 +161,9 @@ def radius_graph(
         pos, cutoff, cell=cell, pbc=pbc, max_neighbors=max_neighbors, neighbor_list=neighbor_list
     )
     periodic = pbc is not None and bool(np.any(pbc))
-    return make_graph(np.asarray(pos, dtype=np.float64), src, dst, shift, cell if periodic else None)
+    return make_graph(
+        np.asarray(pos, dtype=np.float64), src, dst, shift, cell if periodic else None
+    )
 
 
 def full_graph(pos: np.ndarray) -> Graph:
@@ -161,6 +171,37 @@ def full_graph(pos: np.ndarray) -> Graph:
     n = pos.shape[0]
     src, dst = np.nonzero(~np.eye(n, dtype=bool))
     return make_graph(np.asarray(pos, dtype=np.float64), src, dst)
+
+
+def _perceive_bonds(block: str, charge: int) -> tuple[Any, str | None]:
+    """RDKit molecule with bonds from an XYZ block, and why bond orders failed (or None).
+
+    Covalent-radius connectivity (fast) is tried first; where it over-connects strained
+    rings (about 5 % of QM9: "explicit valence ... greater than permitted"), extended
+    Hückel connectivity (slower, ~6 ms) is tried before giving up on bond orders.
+    """
+    from rdkit import Chem, rdBase
+    from rdkit.Chem import rdDetermineBonds
+
+    # Our own warning reports failures; RDKit's log lines would only repeat them.
+    _logs_blocked = rdBase.BlockLogs()
+    error = None
+    for use_hueckel in (False, True):
+        mol = Chem.MolFromXYZBlock(block)
+        try:
+            rdDetermineBonds.DetermineBonds(mol, charge=charge, useHueckel=use_hueckel)
+        except Exception as err:  # RDKit raises ValueError or RuntimeError here
+            error = str(err)
+            continue
+        try:
+            Chem.SanitizeMol(mol)
+        except Exception:
+            # Aromaticity perception failed; the Kekulé bond orders are still valid.
+            pass
+        return mol, None
+    mol = Chem.MolFromXYZBlock(block)
+    rdDetermineBonds.DetermineConnectivity(mol, charge=charge)
+    return mol, error
 
 
 def bond_graph(numbers: np.ndarray, pos: np.ndarray, *, charge: int = 0) -> Graph:
@@ -173,30 +214,21 @@ def bond_graph(numbers: np.ndarray, pos: np.ndarray, *, charge: int = 0) -> Grap
     :class:`BondOrderWarning` says so.
     """
     from rdkit import Chem
-    from rdkit.Chem import rdDetermineBonds
 
     pos = np.asarray(pos, dtype=np.float64)
+    table = Chem.GetPeriodicTable()
     block = f"{len(numbers)}\n\n" + "".join(
-        f"{Chem.GetPeriodicTable().GetElementSymbol(int(z))} {x:.10f} {y:.10f} {w:.10f}\n"
+        f"{table.GetElementSymbol(int(z))} {x:.10f} {y:.10f} {w:.10f}\n"
         for z, (x, y, w) in zip(numbers, pos, strict=True)
     )
-    mol = Chem.MolFromXYZBlock(block)
-    try:
-        rdDetermineBonds.DetermineBonds(mol, charge=charge)
-        try:
-            Chem.SanitizeMol(mol)
-        except Exception:
-            # Aromaticity perception failed; the Kekulé bond orders are still valid.
-            pass
-    except Exception as err:  # RDKit raises ValueError or RuntimeError here
+    mol, error = _perceive_bonds(block, charge)
+    if error is not None:
         warnings.warn(
-            f"RDKit could not assign bond orders ({err}); "
+            f"RDKit could not assign bond orders ({error}); "
             "bonds typed as single from connectivity only",
             BondOrderWarning,
             stacklevel=2,
         )
-        mol = Chem.MolFromXYZBlock(block)
-        rdDetermineBonds.DetermineConnectivity(mol, charge=charge)
     kinds = {
         Chem.BondType.SINGLE: 0,
         Chem.BondType.DOUBLE: 1,
@@ -208,8 +240,8 @@ def bond_graph(numbers: np.ndarray, pos: np.ndarray, *, charge: int = 0) -> Grap
         i, j = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
         kind = kinds.get(bond.GetBondType(), 0)
         pairs += [(i, j, kind), (j, i, kind)]
-    table = np.array(pairs, dtype=np.int64).reshape(-1, 3)
-    table = table[np.lexsort((table[:, 1], table[:, 0]))]
-    attr = np.zeros((table.shape[0], len(BOND_TYPES)), dtype=np.float32)
-    attr[np.arange(table.shape[0]), table[:, 2]] = 1.0
-    return make_graph(pos, table[:, 0], table[:, 1], edge_attr=attr)
+    edges = np.array(pairs, dtype=np.int64).reshape(-1, 3)
+    edges = edges[np.lexsort((edges[:, 1], edges[:, 0]))]
+    attr = np.zeros((edges.shape[0], len(BOND_TYPES)), dtype=np.float32)
+    attr[np.arange(edges.shape[0]), edges[:, 2]] = 1.0
+    return make_graph(pos, edges[:, 0], edges[:, 1], edge_attr=attr)

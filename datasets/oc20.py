@@ -96,9 +96,7 @@ class FrameRef:
 def parse_frame_line(line: str) -> FrameRef:
     """Parse ``random<sid>,frame<fid>,<reference energy>`` (prefixes optional)."""
     sid, fid, energy = (part.strip() for part in line.split(","))
-    return FrameRef(
-        int(re.sub(r"^\D+", "", sid)), int(re.sub(r"^\D+", "", fid)), float(energy)
-    )
+    return FrameRef(int(re.sub(r"^\D+", "", sid)), int(re.sub(r"^\D+", "", fid)), float(energy))
 
 
 def extract(archive: Path, dest: Path) -> Path:

@@ -185,6 +185,7 @@ def prepare_oc20_like(
         structure_attrs={
             key: np.array([label[key] for label in labels], dtype=np.int64)
             for key in ("facet", "metal", "adsorbate")
-        } | {"sid": np.arange(len(systems), dtype=np.int64)},
+        }
+        | {"sid": np.arange(len(systems), dtype=np.int64)},
         graph=graph,
     )

@@ -38,7 +38,6 @@ from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
-from vesin import NeighborList
 
 from .cache import atomic_write
 from .graphs import radius_pairs
@@ -173,6 +172,8 @@ def build_radius_graphs(
     With ``store=False`` only the per-structure edge counts are kept (for datasets
     whose full edge list would be gigabytes, such as OC20).
     """
+    from vesin import NeighborList  # lazily, see graphs.py
+
     n_structures = atom_ptr.shape[0] - 1
     nl = NeighborList(cutoff=cutoff, full_list=True)
     counts = np.zeros(n_structures, dtype=np.int32)

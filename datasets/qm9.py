@@ -119,7 +119,9 @@ def _parse_number_lists(column: pd.Series, counts: np.ndarray, what: str) -> np.
     text = ",".join(column.tolist()).translate(str.maketrans("", "", "[] "))
     values = np.fromstring(text, sep=",")
     if values.shape[0] != int(counts.sum()):
-        raise ValueError(f"qm9pack {what}: parsed {values.shape[0]} values, expected {counts.sum()}")
+        raise ValueError(
+            f"qm9pack {what}: parsed {values.shape[0]} values, expected {counts.sum()}"
+        )
     return values
 
 
@@ -259,6 +261,13 @@ def prepare_qm9(
         detail = archive_file.url
     else:
         raise ValueError(f"unknown QM9 source {source!r}; choose one of {SOURCES}")
+    published = (
+        qm9pack_dir is None if source == "qm9pack" else figshare_files[0] == FIGSHARE_ARCHIVE
+    )
+    if published and records.index.shape[0] != N_CHARACTERIZED:
+        raise ValueError(
+            f"QM9 from {source}: {records.index.shape[0]} molecules, expected {N_CHARACTERIZED}"
+        )
     n_edges, graph = build_radius_graphs(
         records.pos, records.atom_ptr, cutoff=GRAPH_CUTOFF, progress=progress
     )

@@ -27,6 +27,8 @@ class DatasetSpec:
     prepare: Callable[..., PreparedData]
 
 
+# The preparers import their modules on use: pandas, ase.io and the generators are
+# slow to import and only preparation needs them, not loading or `info`.
 def _qm9(source: str, *, progress: bool = False) -> PreparedData:
     from .qm9 import prepare_qm9
 
@@ -63,14 +65,10 @@ def _oc20_like(
 DATASETS: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in (
+        DatasetSpec("qm9", ("qm9pack", "figshare"), "QM9 molecules (130,831)", _qm9),
+        DatasetSpec("oc20", ("download",), "OC20 S2EF slab + adsorbate systems", _oc20),
         DatasetSpec(
-            "qm9", ("qm9pack", "figshare"), "QM9 small molecules (130,831), 5 Å graph stored", _qm9
-        ),
-        DatasetSpec(
-            "oc20", ("download",), "OC20 S2EF adsorbate+slab systems (periodic), download", _oc20
-        ),
-        DatasetSpec(
-            "oc20-like", ("generator",), "SYNTHETIC OC20-shaped slabs, generated offline", _oc20_like
+            "oc20-like", ("generator",), "SYNTHETIC OC20-shaped systems, offline", _oc20_like
         ),
     )
 }

@@ -61,12 +61,22 @@ def tp_cost(problem: TPProblem) -> TPCost:
     return TPCost(fwd, bwd)
 
 
+# Backward also reads grad_out and writes the three input gradients; double backward
+# traverses the tensors twice more.
+_TRAFFIC_FACTOR = {"forward": 1, "backward": 2, "double_backward": 4}
+
+
 def tp_bytes(problem: TPProblem, direction: str, batch: int, itemsize: int) -> float:
     """Minimum bytes moved by one timed call over ``batch`` products."""
     d1, d2, dout = problem.dims
     per_item = d1 + d2 + problem.weight_numel + dout  # inputs read, output written
-    if direction == "backward":
-        per_item = 2 * per_item  # + grad_out read, three input gradients written
-    elif direction == "double_backward":
-        per_item = 4 * per_item
-    return float(per_item * batch * itemsize)
+    return float(_TRAFFIC_FACTOR[direction] * per_item * batch * itemsize)
+
+
+def conv_bytes(problem: TPProblem, direction: str, nodes: int, edges: int,
+               itemsize: int) -> float:
+    """Minimum bytes of a fused convolution: node features and outputs once per node, edge
+    inputs once per edge, plus the two int64 edge indices."""
+    d1, d2, dout = problem.dims
+    values = nodes * (d1 + dout) + edges * (d2 + problem.weight_numel)
+    return float(_TRAFFIC_FACTOR[direction] * values * itemsize + 2 * 8 * edges)

@@ -52,8 +52,52 @@ class Implementation:
         raise Unsupported(f"{self.name} has no convolution builder")
 
 
+class ModelFamily:
+    """A whole model (MACE, SE(3)-Transformer) benchmarked at the ``model`` level.
+
+    Its workloads are named ``<prefix>-...`` (e.g. ``mace-qm9``); the case's
+    ``implementation`` names the backend (``e3nn``, ``cuequivariance``, ``fused``, ...) and
+    its ``variant`` the model options. ``build_bench`` returns a
+    :class:`equibench.levels.Bench` whose ``reference`` is the float64 result of the
+    family's reference backend on the same inputs and weights.
+    """
+
+    prefix: ClassVar[str]
+    backends: ClassVar[tuple[str, ...]] = ()
+    precisions: ClassVar[frozenset[str]] = frozenset({"float64", "float32"})
+
+    def available(self, backend: str, device: str) -> str | None:
+        return None
+
+    def supports(self, case: Case) -> str | None:
+        return None
+
+    def build_bench(self, case: Case, dtype: torch.dtype, seed: int):
+        raise NotImplementedError
+
+
 _REGISTRY: dict[str, Implementation] = {}
+_MODELS: dict[str, ModelFamily] = {}
 _discovered = False
+
+
+def register_model(cls: type[ModelFamily]) -> type[ModelFamily]:
+    if cls.prefix in _MODELS:
+        raise ValueError(f"model family {cls.prefix!r} is registered twice")
+    _MODELS[cls.prefix] = cls()
+    return cls
+
+
+def model_family(workload: str) -> ModelFamily:
+    """The family whose prefix starts ``workload`` (``mace-qm9`` -> ``mace``)."""
+    discover()
+    for prefix, family in _MODELS.items():
+        if workload == prefix or workload.startswith(prefix + "-"):
+            return family
+    raise ValueError(
+        f"no model family for workload {workload!r}; model workloads start with one of "
+        f"{', '.join(sorted(_MODELS)) or '(none registered)'}"
+    )
 
 
 def register(cls: type[Implementation]) -> type[Implementation]:
@@ -64,7 +108,8 @@ def register(cls: type[Implementation]) -> type[Implementation]:
 
 
 def discover() -> None:
-    """Import every module of ``equibench.implementations`` so that they register."""
+    """Import every module and subpackage of ``equibench.implementations`` so that they
+    register."""
     global _discovered
     if _discovered:
         return

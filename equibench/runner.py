@@ -51,22 +51,32 @@ def _is_oom(err: BaseException) -> bool:
     return "out of memory" in text.lower() or "can't allocate memory" in text.lower()
 
 
-def _build(case: Case, impl: registry.Implementation, dtype: torch.dtype, seed: int) -> Bench:
+def _build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
+    if case.level == "model":
+        return registry.model_family(case.workload).build_bench(case, dtype, seed)
     if case.level == "tp":
         from equibench.levels.tp import build_bench
-    elif case.level == "conv":
-        from equibench.levels.conv import build_bench
     else:
-        from equibench.levels.model import build_bench
-    return build_bench(case, impl, dtype, seed)
+        from equibench.levels.conv import build_bench
+    return build_bench(case, registry.get(case.implementation), dtype, seed)
 
 
-def run_case(case: Case, settings: RunSettings) -> dict:
-    """Run one case in this process and return its result fields (no provenance)."""
-    row: dict = {**case.to_dict(), "threads": torch.get_num_threads()}
+def _unavailable_reason(case: Case, precision) -> str | None:
+    """Why ``case`` cannot run here (implementation, device, direction, precision), or None."""
+    if case.level == "model":
+        family = registry.model_family(case.workload)
+        return (
+            (None if case.implementation in family.backends
+             else f"{family.prefix} has no backend {case.implementation!r}; backends: "
+                  f"{', '.join(family.backends)}")
+            or family.available(case.implementation, case.device)
+            or family.supports(case)
+            or precision.check_device(case.device)
+            or (None if precision.name in family.precisions
+                else f"{family.prefix} does not support {precision.name}")
+        )
     impl = registry.get(case.implementation)
-    precision = get_precision(case.precision)
-    reason = (
+    return (
         (None if case.level in impl.levels else f"{impl.name} has no {case.level} level")
         or impl.available(case.device)
         or impl.supports(case)
@@ -74,11 +84,18 @@ def run_case(case: Case, settings: RunSettings) -> dict:
         or (None if precision.name in impl.precisions
             else f"{impl.name} does not support {precision.name}")
     )
+
+
+def run_case(case: Case, settings: RunSettings) -> dict:
+    """Run one case in this process and return its result fields (no provenance)."""
+    row: dict = {**case.to_dict(), "threads": torch.get_num_threads()}
+    precision = get_precision(case.precision)
+    reason = _unavailable_reason(case, precision)
     if reason:
         return {**row, "status": "unavailable", "reason": reason}
     try:
         with precision_mode(precision):
-            bench = _build(case, impl, precision.dtype, settings.seed)
+            bench = _build(case, precision.dtype, settings.seed)
             row.update(throughput_unit=bench.unit, flops=bench.flops, bytes=bench.bytes,
                        tolerance=precision.tolerance, extra=bench.extra)
             # The gate: the first call of the implementation is compared with the float64

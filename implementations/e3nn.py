@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from equibench.cases import Case
+from equibench.convolution import gather_tp_scatter
 from equibench.registry import ConvFunction, Implementation, TPFunction, register
 from equibench.workloads import TPProblem
 
 
 def _conv_from_tp(tp: TPFunction) -> ConvFunction:
     """Gather source features, apply the product per edge, scatter-sum to destinations."""
-
-    def conv(x, y, w, edge_src, edge_dst, num_nodes):
-        messages = tp(x[edge_src], y, w)
-        out = messages.new_zeros((num_nodes, messages.shape[1]))
-        return out.index_add(0, edge_dst, messages)
-
-    return conv
+    return functools.partial(gather_tp_scatter, tp)
 
 
 @register

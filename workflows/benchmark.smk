@@ -2,14 +2,7 @@
 # process of its own, so a crash or an out-of-memory case costs that case alone.
 import json
 
-from equibench import config as eqcfg
-from equibench.devices import from_path_name, path_name
-
-JOBS = list(eqcfg.jobs(CFG))
-CASE_FILES = [
-    f"{RUN}/cases/{suite}/{workload}/{impl}/{path_name(device)}.parquet"
-    for suite, workload, impl, device in JOBS
-]
+from equibench.devices import from_path_name
 
 
 rule resolved_config:
@@ -28,6 +21,7 @@ rule resolved_config:
 rule bench:
     input:
         config=f"{RUN}/config.yaml",
+        datasets=job_datasets,
     output:
         f"{RUN}/cases/{{suite}}/{{workload}}/{{impl}}/{{device}}.parquet",
     log:

@@ -38,14 +38,18 @@ def _cast(data: dict[str, torch.Tensor], dtype: torch.dtype, device: str):
     return {k: v.to(device=device, dtype=dtype) for k, v in data.items()}
 
 
-def equivariance_error(fn: TPFunction, problem: TPProblem, data: dict[str, torch.Tensor],
-                       seed: int) -> float:
-    """Scaled error of ``fn(x D1, y D2, w) - fn(x, y, w) D_out`` for a random rotation."""
-    torch.manual_seed(seed)
-    rot = o3.rand_matrix(dtype=torch.float64)
+def equivariance_error(fn: TPFunction, problem: TPProblem, x: torch.Tensor, y: torch.Tensor,
+                       w: torch.Tensor, seed: int) -> float:
+    """Scaled error of ``fn(x D1, y D2, w) - fn(x, y, w) D_out`` for a random rotation.
+
+    ``fn`` maps (x, y, w) to outputs in ``problem.irreps_out``; the rows of x and y may be
+    nodes and edges of a graph, which a rotation does not change.
+    """
+    quaternion = torch.randn(4, generator=torch.Generator().manual_seed(seed),
+                             dtype=torch.float64)
+    rot = o3.quaternion_to_matrix(quaternion / quaternion.norm())
     ds = [o3.Irreps(s).D_from_matrix(rot) for s in
           (problem.irreps_in1, problem.irreps_in2, problem.irreps_out)]
-    x, y, w = data["x"], data["y"], data["w"]
     dtype, device = x.dtype, x.device
     d1, d2, dout = (d.to(dtype=dtype, device=device) for d in ds)
     with torch.no_grad():
@@ -76,7 +80,8 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         unit="products/s",
         flops=cost.flops(case.direction) * case.batch,
         bytes=tp_bytes(problem, case.direction, case.batch, itemsize),
-        equivariance=(lambda: equivariance_error(fn, problem, data, seed + 1))
+        equivariance=(lambda: equivariance_error(fn, problem, data["x"], data["y"], data["w"],
+                                                 seed + 1))
         if case.direction == "forward" else None,
         extra={"paths": len(problem.instructions), "mode": problem.mode},
     )

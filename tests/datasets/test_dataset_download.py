@@ -7,7 +7,6 @@ import socket
 from pathlib import Path
 
 import pytest
-
 from equibench.datasets.download import (
     ChecksumError,
     InterruptedDownload,

@@ -7,7 +7,6 @@ import itertools
 import numpy as np
 import pytest
 from ase.build import fcc111, molecule
-
 from equibench.datasets import graphs
 from equibench.datasets.graphs import BondOrderWarning, bond_graph, full_graph, radius_graph
 
@@ -34,7 +33,9 @@ def test_radius_graph_molecule_matches_brute_force_and_convention():
                     strict=True))  # fmt: skip
     assert pairs == _brute_force_pairs(atoms.positions, 2.0)
     assert g.edge_src.dtype == np.int64 and g.edge_vec.shape == (g.n_edges, 3)
-    np.testing.assert_allclose(g.edge_vec, atoms.positions[g.edge_dst] - atoms.positions[g.edge_src])
+    np.testing.assert_allclose(
+        g.edge_vec, atoms.positions[g.edge_dst] - atoms.positions[g.edge_src]
+    )
     # Symmetric: every edge also runs the other way.
     assert pairs == {(j, i, s) for i, j, s in pairs}
 
@@ -90,7 +91,9 @@ def test_bond_types_one_hot(name, counts):
     assert g.edge_attr.shape == (g.n_edges, 4)
     assert g.edge_attr.sum(axis=1).tolist() == [1.0] * g.n_edges
     assert g.edge_attr.sum(axis=0).astype(int).tolist() == counts
-    np.testing.assert_allclose(g.edge_vec, atoms.positions[g.edge_dst] - atoms.positions[g.edge_src])
+    np.testing.assert_allclose(
+        g.edge_vec, atoms.positions[g.edge_dst] - atoms.positions[g.edge_src]
+    )
 
 
 def test_bonds_fall_back_to_connectivity_with_warning(monkeypatch):

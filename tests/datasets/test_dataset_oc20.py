@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from ase.calculators.singlepoint import SinglePointCalculator
 from ase.constraints import FixAtoms
-
 from equibench.datasets.download import OfflineError
 from equibench.datasets.graphs import radius_graph
 from equibench.datasets.oc20 import OC20Config, parse_frame_line, prepare_oc20
@@ -51,9 +50,7 @@ def _subset_tar(name: str, files: dict[str, list]) -> bytes:
         for stem, frames in files.items():
             buffer = io.StringIO()
             ase.io.write(buffer, frames, format="extxyz")
-            lines = [
-                f"random{1000 + k},frame{k * 3},{-0.1 * k:.6f}" for k, _ in enumerate(frames)
-            ]
+            lines = [f"random{1000 + k},frame{k * 3},{-0.1 * k:.6f}" for k, _ in enumerate(frames)]
             for suffix, data in (
                 ("extxyz.xz", _xz(buffer.getvalue())),
                 ("txt.xz", _xz("\n".join(lines) + "\n")),
@@ -77,7 +74,9 @@ def oc20_server(file_server):
         file_server.files[f"/{name}.tar"] = data
         md5[name] = hashlib.md5(data, usedforsecurity=False).hexdigest()
     config = OC20Config(subsets=tuple(subsets), md5=md5, base_url=file_server.url + "/")
-    expected = [a for files in subsets.values() for stem in ("0", "2", "10") for a in files.get(stem, [])]
+    expected = [
+        a for files in subsets.values() for stem in ("0", "2", "10") for a in files.get(stem, [])
+    ]
     return config, expected
 
 
@@ -96,7 +95,9 @@ def test_prepare_oc20_reads_frames_tags_cells_energy_forces(oc20_server, data_di
         atoms_slice = slice(data.atom_ptr[i], data.atom_ptr[i + 1])
         assert np.array_equal(data.numbers[atoms_slice], atoms.numbers)
         np.testing.assert_allclose(data.pos[atoms_slice], atoms.positions, atol=1e-5)
-        np.testing.assert_allclose(data.node_targets["forces"][atoms_slice], atoms.get_forces(), atol=1e-6)
+        np.testing.assert_allclose(
+            data.node_targets["forces"][atoms_slice], atoms.get_forces(), atol=1e-6
+        )
         assert np.array_equal(data.node_attrs["tags"][atoms_slice], atoms.get_tags())
         assert np.array_equal(data.node_attrs["fixed"][atoms_slice], atoms.get_tags() == 0)
         np.testing.assert_allclose(data.cell[i], atoms.cell.array, atol=1e-8)

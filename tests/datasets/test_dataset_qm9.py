@@ -7,19 +7,19 @@ import io
 import os
 import tarfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-
 from equibench.datasets.download import RemoteFile
 from equibench.datasets.qm9 import (
+    N_CHARACTERIZED,
     TARGETS,
     parse_uncharacterized,
     parse_xyz,
     prepare_qm9,
     qm9pack_data_dir,
+    read_qm9pack,
 )
 
 # Rows of qm9pack's part 1 (0-based): the first 30 molecules, index 4 ("0." and "1."
@@ -70,7 +70,9 @@ def qm9_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     pack_dir = root / "qm9pack"
     pack_dir.mkdir()
     # Spread over the three part files, out of order, as the reader must sort anyway.
-    for part, chunk in zip((1, 2, 3), (rows.iloc[10:], rows.iloc[5:10], rows.iloc[:5]), strict=True):
+    for part, chunk in zip(
+        (1, 2, 3), (rows.iloc[10:], rows.iloc[5:10], rows.iloc[:5]), strict=True
+    ):
         chunk.to_csv(pack_dir / f"qm9_part{part}.csv", index=False)
     # Ids qm9pack leaves out are the uncharacterized ones: put three in the tar and the list.
     present = set(head["Index"].astype(int))
@@ -166,6 +168,16 @@ def test_values_and_units(qm9_fixture):
     assert data.metadata["units"]["U0"] == "Ha" and data.metadata["units"]["pos"] == "Å"
     assert data.metadata["graph"] == {"kind": "radius", "cutoff": 5.0, "max_neighbors": None}
     assert not data.metadata["synthetic"] and not data.metadata["periodic"]
+
+
+def test_qm9pack_holds_the_characterized_molecules_in_index_order():
+    records = read_qm9pack()
+    assert records.index.shape[0] == N_CHARACTERIZED == 130_831
+    assert np.all(np.diff(records.index) > 0)
+    assert (records.index[0], records.index[-1]) == (1, 133_885)
+    assert records.atom_ptr[-1] == records.numbers.shape[0] == records.pos.shape[0]
+    assert set(np.unique(records.numbers).tolist()) == {1, 6, 7, 8, 9}
+    assert np.isfinite(records.pos).all() and np.abs(records.pos).max() < 20
 
 
 @SLOW

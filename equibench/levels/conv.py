@@ -1,0 +1,142 @@
+"""Level ``conv``: the tensor product fused with gather and scatter on a real graph.
+
+Workload names are ``<tensor-product workload>@<graph>``:
+
+- ``@qm9``: ``batch`` QM9 molecules (a seeded sample), 5 Å radius graph;
+- ``@carbon``: a periodic diamond-carbon supercell of about ``batch`` atoms (rounded to
+  ``8 k^3``, k conventional cells a side), 6 Å radius graph with periodic images.
+
+Inputs: random node features x (N, d1), the spherical harmonics of the edge vectors
+y (E, d2) (component normalization), random per-edge weights w (E, weight_numel).
+Throughput counts edges per second.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from e3nn import o3
+
+from equibench.cases import Case
+from equibench.convolution import gather_tp_scatter
+from equibench.cost import conv_bytes, tp_cost
+from equibench.levels import Bench
+from equibench.levels.directions import directional_call
+from equibench.levels.tp import equivariance_error
+from equibench.registry import Implementation
+from equibench.workloads import TPProblem, get_tp_workload
+
+CARBON_CUTOFF = 6.0
+QM9_CUTOFF = 5.0
+
+
+@dataclass(frozen=True)
+class ConvGraph:
+    """Shapes: edge_src, edge_dst (E,) int64; edge_vec (E, 3) float64, Å."""
+
+    edge_src: torch.Tensor
+    edge_dst: torch.Tensor
+    edge_vec: torch.Tensor
+    num_nodes: int
+    description: str
+
+
+def qm9_graph(batch: int, seed: int) -> ConvGraph:
+    from equibench import datasets
+
+    ds = datasets.load("qm9")
+    if batch > len(ds):
+        raise ValueError(f"batch {batch} exceeds the {len(ds)} QM9 molecules")
+    rng = np.random.default_rng(seed)
+    indices = np.sort(rng.choice(len(ds), size=batch, replace=False))
+    b = ds.batch(indices.tolist(), graph="radius", cutoff=QM9_CUTOFF)
+    return ConvGraph(b.edge_src, b.edge_dst, b.edge_vec.to(torch.float64), int(b.pos.shape[0]),
+                     f"{batch} QM9 molecules, {QM9_CUTOFF} Å radius graph")
+
+
+def carbon_graph(batch: int, seed: int) -> ConvGraph:
+    from ase.build import bulk
+
+    from equibench.datasets.graphs import radius_graph
+
+    cells = max(1, round((batch / 8) ** (1 / 3)))
+    atoms = bulk("C", "diamond", a=3.567, cubic=True).repeat(cells)
+    g = radius_graph(atoms.positions, CARBON_CUTOFF, cell=np.asarray(atoms.cell),
+                     pbc=atoms.pbc)
+    return ConvGraph(torch.from_numpy(g.edge_src), torch.from_numpy(g.edge_dst),
+                     torch.from_numpy(g.edge_vec).to(torch.float64), len(atoms),
+                     f"diamond carbon {cells}^3 cells ({len(atoms)} atoms, periodic), "
+                     f"{CARBON_CUTOFF} Å radius graph")
+
+
+GRAPHS = {"qm9": qm9_graph, "carbon": carbon_graph}
+
+
+def parse_workload(name: str) -> tuple[TPProblem, str]:
+    tp_name, sep, graph = name.partition("@")
+    if not sep or graph not in GRAPHS:
+        raise ValueError(
+            f"conv workload {name!r} must be '<tp workload>@<graph>' with graph one of "
+            f"{', '.join(GRAPHS)} (e.g. mace-large@qm9)"
+        )
+    return get_tp_workload(tp_name), graph
+
+
+def conv_inputs(problem: TPProblem, graph: ConvGraph, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    n, e = graph.num_nodes, graph.edge_src.shape[0]
+    d1, _, dout = problem.dims
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    y = o3.spherical_harmonics(o3.Irreps(problem.irreps_in2), graph.edge_vec, normalize=True,
+                               normalization="component")
+    return {"x": randn(n, d1), "y": y, "w": randn(e, problem.weight_numel),
+            "grad_out": randn(n, dout), "probe_x": randn(n, d1), "probe_y": randn(*y.shape)}
+
+
+def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int) -> Bench:
+    problem, graph_name = parse_workload(case.workload)
+    graph = GRAPHS[graph_name](case.batch, seed)
+    master = conv_inputs(problem, graph, seed)
+    src, dst = graph.edge_src.to(case.device), graph.edge_dst.to(case.device)
+    n = graph.num_nodes
+
+    def bench_fn(conv, dt):
+        data = {k: v.to(device=case.device, dtype=dt) for k, v in master.items()}
+        fn = functools.partial(_bound, conv, src, dst, n)
+        call = directional_call(case.direction, fn, [data["x"], data["y"], data["w"]],
+                                ["x", "y", "w"], data["grad_out"],
+                                [data["probe_x"], data["probe_y"]])
+        return fn, data, call
+
+    conv = impl.build_conv(problem, dtype, case.device)
+    fn, data, call = bench_fn(conv, dtype)
+
+    def reference():
+        module = problem.e3nn_module(torch.float64).to(case.device)
+        return bench_fn(functools.partial(gather_tp_scatter, module), torch.float64)[2]()
+
+    edges = int(src.shape[0])
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return Bench(
+        call=call,
+        reference=reference,
+        items=edges,
+        unit="edges/s",
+        flops=tp_cost(problem).flops(case.direction) * edges,
+        bytes=conv_bytes(problem, case.direction, n, edges, itemsize),
+        equivariance=(lambda: equivariance_error(fn, problem, data["x"], data["y"], data["w"],
+                                                 seed + 1))
+        if case.direction == "forward" else None,
+        extra={"graph": graph.description, "nodes": n, "edges": edges,
+               "paths": len(problem.instructions), "mode": problem.mode},
+    )
+
+
+def _bound(conv, src, dst, n, x, y, w):
+    return conv(x, y, w, src, dst, n)

@@ -1,0 +1,112 @@
+"""Public API, cache layout and the ``datasets`` command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from equibench.datasets import cli
+from equibench.datasets.cache import atomic_write
+
+from equibench import datasets
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_cache_layout_follows_environment(data_dir):
+    assert datasets.data_dir() == data_dir
+    assert datasets.prepared_path("qm9") == data_dir / "prepared" / "qm9.npz"
+
+
+def test_atomic_write_leaves_nothing_on_error(tmp_path):
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_write(target) as handle:
+        handle.write(b"half")
+        raise RuntimeError("interrupted")
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_prepare_load_and_info(data_dir):
+    prepared = datasets.prepare("oc20-like", n_structures=15, seed=2)
+    path = data_dir / "prepared" / "oc20-like.npz"
+    assert path.exists() and len(list(path.parent.iterdir())) == 1
+    ds = datasets.load("oc20-like")
+    assert isinstance(ds, datasets.Dataset)
+    assert (ds.name, ds.synthetic, ds.periodic, len(ds)) == ("oc20-like", True, True, 15)
+    assert np.array_equal(ds.data.pos, prepared.data.pos)
+    s = ds.structure(0)
+    assert isinstance(s, datasets.Structure)
+    assert s.pos.shape == (len(s.numbers), 3) and s.cell.shape == (3, 3) and s.pbc.all()
+    assert s.targets["forces"].shape == s.pos.shape and "energy" in s.targets
+    assert s.node_target_keys == ("forces",)
+    assert len(s.to_ase()) == len(s.numbers)
+    graph = ds.graph(0, kind="radius", cutoff=5.0)
+    assert isinstance(graph, datasets.Graph) and graph.edge_vec.shape == (graph.n_edges, 3)
+    batch = ds.batch([0, 1], graph="radius", cutoff=5.0)
+    assert isinstance(batch, datasets.GraphBatch) and batch.n_graphs == 2
+    summary = datasets.info("oc20-like")
+    assert summary["n_structures"] == 15 and summary["synthetic"] and summary["periodic"]
+    assert summary["edges_per_structure"]["cutoff"] == 6.0
+    assert summary["edges_per_structure"]["total"] == int(ds.data.n_edges.sum())
+    assert summary["units"]["forces"] == "eV/Å"
+
+
+def test_unknown_names_and_sources_are_refused(data_dir):
+    with pytest.raises(ValueError, match="known"):
+        datasets.load("md17")
+    with pytest.raises(ValueError, match="source"):
+        datasets.prepare("qm9", source="zenodo")
+
+
+def test_cli_prepare_and_info_json(data_dir, capsys):
+    assert cli.main(["datasets", "prepare", "oc20-like", "--n-structures", "10", "--quiet"]) == 0
+    assert "10 structures" in capsys.readouterr().err
+    assert cli.main(["datasets", "info", "oc20-like", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    for key in ("n_structures", "periodic", "synthetic", "source", "units"):
+        assert key in summary
+    assert summary["n_structures"] == 10
+    assert set(summary["atoms_per_structure"]) >= {"min", "mean", "max"}
+    assert set(summary["edges_per_structure"]) >= {"min", "mean", "max", "cutoff"}
+    assert cli.main(["datasets", "info", "oc20-like"]) == 0
+    assert "SYNTHETIC" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["datasets"], ["datasets", "prepare"], ["datasets", "info"]])
+def test_cli_help(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*argv, "--help"])
+    assert exit_info.value.code == 0
+    assert "qm9" in capsys.readouterr().out
+
+
+def test_cli_reports_offline_download_errors(data_dir, capsys, monkeypatch):
+    from equibench.datasets import download as download_module
+
+    def offline(remote, *args, **kwargs):
+        raise download_module.OfflineError(f"cannot reach {remote.url}. Offline alternative: x")
+
+    monkeypatch.setattr("equibench.datasets.qm9.download", offline)
+    assert cli.main(["datasets", "prepare", "qm9", "--source", "figshare", "--quiet"]) == 1
+    assert "Offline alternative" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake not installed")
+def test_snakemake_rule_prepares_configured_datasets(tmp_path, data_dir):
+    (tmp_path / "Snakefile").write_text(f'include: "{REPO / "workflows" / "datasets.smk"}"\n')
+    (tmp_path / "config.yaml").write_text(
+        "datasets:\n  - {name: qm9, source: figshare}\nruns:\n  - {dataset: oc20-like}\n"
+    )
+    result = subprocess.run(
+        ["snakemake", "-n", "-p", "--configfile", "config.yaml", "--", "datasets"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "equibench datasets prepare qm9 --source figshare --force" in result.stdout
+    assert "equibench datasets prepare oc20-like" in result.stdout
+    assert str(data_dir / "prepared" / "oc20-like.npz") in result.stdout
