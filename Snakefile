@@ -28,3 +28,4 @@ rule all:
     input:
         f"{RUN}/results.parquet",
         f"{RUN}/dashboard/index.html",
+        f"{RUN}/machine.json",

@@ -75,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cases = list(expand(
         level=args.level, workloads=_csv(args.workload), implementations=_csv(args.implementation),
         directions=_csv(args.direction), precisions=_csv(args.precision), batches=args.batch,
-        device=args.device,
+        device=args.device, variants=_csv(args.variant),
     ))
     frame = run_cases(cases, _settings(args), args.out, progress=not args.quiet)
     _print_table(frame)
@@ -163,6 +163,15 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    from equibench.devices import resolve_devices
+    from equibench.machine_probe import write_probe
+
+    out = write_probe(resolve_devices(args.device), args.out, args.threads)
+    print(Path(out).read_text())
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.file)
     if args.jobs:
@@ -187,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", choices=LEVELS, default="tp")
     p.add_argument("--workload", required=True, help="e.g. mace-large,nequip-benzene")
     p.add_argument("--implementation", required=True, help="e.g. e3nn,e3nn-compiled")
+    p.add_argument("--variant", default="default",
+                   help="model option sets, e.g. small,oeq (mace) or baseline,optimized (se3t)")
     p.add_argument("--direction", default="forward", help=f"from {', '.join(DIRECTIONS)}")
     p.add_argument("--precision", default="float32", help=f"from {', '.join(PRECISION_NAMES)}")
     p.add_argument("--batch", type=_ints, default=[1024], help="e.g. 256,1024")
@@ -233,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("results", nargs="+")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=cmd_dashboard)
+
+    p = sub.add_parser("probe", help="measure peak FLOP/s (matmul) and bandwidth (copy) for "
+                                     "the roofline")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    p.add_argument("--out", required=True, help="JSON file to write")
+    p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("config", help="validate a configuration and print it resolved")
     p.add_argument("file")

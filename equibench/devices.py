@@ -16,6 +16,8 @@ def _gpu_count() -> int:
 
 def resolve_devices(spec: str | list[str]) -> list[str]:
     """``auto``: every visible GPU, else the CPU; ``cuda``: every visible GPU (error if none)."""
+    if isinstance(spec, str) and "," in spec:
+        spec = [s.strip() for s in spec.split(",") if s.strip()]
     if isinstance(spec, list):
         return list(spec)
     if spec == "cpu" or spec.startswith("cuda:"):

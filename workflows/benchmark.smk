@@ -18,6 +18,24 @@ rule resolved_config:
         "echo {params.text:q} > {output} 2> {log}"
 
 
+rule probe_machine:
+    input:
+        config=f"{RUN}/config.yaml",
+    output:
+        f"{RUN}/machine.json",
+    log:
+        f"{RUN}/logs/probe_machine.log",
+    threads: workflow.cores
+    params:
+        device=CFG["device"] if isinstance(CFG["device"], str) else ",".join(CFG["device"]),
+        threads=CFG.get("threads", 0),
+    conda:
+        "envs/equibench.yaml"
+    shell:
+        "equibench probe --device {params.device} --threads {params.threads} "
+        "--out {output} > {log} 2>&1"
+
+
 rule bench:
     input:
         config=f"{RUN}/config.yaml",
