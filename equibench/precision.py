@@ -12,21 +12,12 @@ from dataclasses import dataclass
 
 import torch
 
-# e3nn tabulates its Clebsch-Gordan coefficients to float32 accuracy (o3.wigner_3j in float64
-# is equivariant only to ~1e-7), so no e3nn-based product is equivariant beyond that.
-EQUIVARIANCE_FLOOR = 1e-6
-
-
 @dataclass(frozen=True)
 class Precision:
     name: str
     dtype: torch.dtype
     tolerance: float
     gpu_only: bool = False
-
-    @property
-    def equivariance_tolerance(self) -> float:
-        return max(self.tolerance, EQUIVARIANCE_FLOOR)
 
     def check_device(self, device: str) -> str | None:
         """Reason this precision cannot run on ``device``, or None."""

@@ -107,10 +107,10 @@ def run_case(case: Case, settings: RunSettings) -> dict:
             if bench.equivariance is not None:
                 eq_err = bench.equivariance()
                 row["equivariance_err"] = eq_err
-                if not eq_err <= precision.equivariance_tolerance:
+                if not eq_err <= precision.tolerance:
                     return {**row, "status": "incorrect",
                             "reason": f"equivariance error {eq_err:.3e} exceeds "
-                                      f"{precision.equivariance_tolerance:.1e}"}
+                                      f"{precision.tolerance:.1e}"}
             row["peak_mem_bytes"], row["peak_mem_method"] = peak_memory(bench.call, case.device)
             timing = time_call(bench.call, settings.measure, case.device)
     except registry.Unsupported as err:

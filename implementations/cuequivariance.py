@@ -1,12 +1,13 @@
 """NVIDIA cuEquivariance: the workload's instruction list as a ``cue`` segmented polynomial.
 
 The polynomial is built here from the e3nn instructions rather than taken from
-``cuet.ChannelWiseTensorProduct`` / ``cuet.FullyConnectedTensorProduct``: those order their
-paths (weight blocks) and, for channel-wise products, their output segments by sorted output
-irreps, so matching e3nn would cost a weight gather and an output gather in every timed call.
-Built from the instructions, with the same subscripts and the same (exactly sparse)
-Clebsch-Gordan tables, it is the polynomial those classes build, up to the order of its segments
-and per-path constants, so the kernels do the same work. Conversions, all done once at build:
+``cuet.ChannelWiseTensorProduct``: that orders its paths (weight blocks) and output segments by
+sorted output irreps, so matching e3nn would cost a weight gather and an output gather in every
+timed call. Built from the instructions, with the same subscripts and the same (exactly sparse)
+Clebsch-Gordan tables, it is the polynomial cuEquivariance's own channel-wise and fully
+connected descriptors give, up to the order of its segments, so the kernels do the same work
+(the e3nn normalization below coincides with theirs on the benchmark's workloads). Conversions,
+all done once at build:
 
 - layout: the kernels take ``ir_mul`` operands; inputs and output are e3nn's ``mul_ir``, so they
   go through ``cuet.TransposeIrrepsLayout`` as in cuEquivariance's own ``layout=cue.mul_ir``
@@ -27,6 +28,7 @@ path's matmuls, the CUDA kernels compute in float32 regardless.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import warnings
@@ -52,6 +54,9 @@ def has_cuda_ops() -> bool:
     return True
 
 
+# Cached: building it (e3nn path weights, CG tables) costs ~1 s for mace-large, and the
+# polynomial is immutable.
+@functools.cache
 def polynomial(problem: TPProblem):
     """The product as a ``cue.SegmentedPolynomial``, in e3nn's order and normalization.
 
@@ -80,13 +85,20 @@ def polynomial(problem: TPProblem):
     return cue.SegmentedPolynomial.eval_last_operand(stp)
 
 
-def choose_method(poly, device: str) -> str:
-    """``naive`` unless the CUDA kernels can run; then the kernel cuEquivariance would pick."""
-    if not device.startswith("cuda") or not has_cuda_ops():
-        return "naive"
+def cuda_method(poly) -> str:
+    """The CUDA kernel for ``poly``: ``uniform_1d`` if, once the Clebsch-Gordan modes are
+    flattened and size-1 modes squeezed, one mode of one size is left (the test
+    ``cuet.ChannelWiseTensorProduct`` makes), else ``fused_tp``."""
     flat = poly.flatten_coefficient_modes().squeeze_modes()
     single_mode = all(len(stp.subscripts.modes()) == 1 for _, stp in flat.operations)
     return "uniform_1d" if flat.all_same_segment_shape() and single_mode else "fused_tp"
+
+
+def choose_method(poly, device: str) -> str:
+    """``naive`` unless the CUDA kernels can run here; then :func:`cuda_method`."""
+    if not device.startswith("cuda") or not has_cuda_ops():
+        return "naive"
+    return cuda_method(poly)
 
 
 class CueProduct(torch.nn.Module):
@@ -98,12 +110,11 @@ class CueProduct(torch.nn.Module):
         import cuequivariance_torch as cuet
 
         poly = polynomial(problem)
-        self.method = choose_method(poly, device)
         # The kernels accumulate in float32 or float64 only; half inputs compute in float32.
         math_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            self.poly = cuet.SegmentedPolynomial(poly, method=self.method,
+            self.poly = cuet.SegmentedPolynomial(poly, method=choose_method(poly, device),
                                                  math_dtype=math_dtype).to(device)
             self.in1, self.in2, self.out = (
                 cuet.TransposeIrrepsLayout(cue.Irreps("O3", s), source=src, target=dst,
@@ -114,8 +125,9 @@ class CueProduct(torch.nn.Module):
                     (problem.irreps_out, cue.ir_mul, cue.mul_ir),
                 )
             )
-        # A backend that failed to load falls back to naive with a warning: record it once.
-        self.method = self.poly.method
+        # A backend that fails to load falls back to naive with a warning: log it once, here,
+        # and keep the method that runs.
+        self.method: str = self.poly.method
         for w in caught:
             log.info("cuequivariance %s: %s", problem.name, w.message)
 

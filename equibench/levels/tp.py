@@ -48,8 +48,14 @@ def equivariance_error(fn: TPFunction, problem: TPProblem, x: torch.Tensor, y: t
     quaternion = torch.randn(4, generator=torch.Generator().manual_seed(seed),
                              dtype=torch.float64)
     rot = o3.quaternion_to_matrix(quaternion / quaternion.norm())
-    ds = [o3.Irreps(s).D_from_matrix(rot) for s in
-          (problem.irreps_in1, problem.irreps_in2, problem.irreps_out)]
+    # e3nn builds Wigner D matrices in the default dtype: float32 ones are only ~1e-7 exact.
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        ds = [o3.Irreps(s).D_from_matrix(rot) for s in
+              (problem.irreps_in1, problem.irreps_in2, problem.irreps_out)]
+    finally:
+        torch.set_default_dtype(previous)
     dtype, device = x.dtype, x.device
     d1, d2, dout = (d.to(dtype=dtype, device=device) for d in ds)
     with torch.no_grad():
