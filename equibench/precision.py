@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+
 @dataclass(frozen=True)
 class Precision:
     name: str

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU checks, as one script for a machine with an NVIDIA GPU (run from the repo root).
+#
+#   bash scripts/gpu_check.sh            # all checks, ~8 minutes on one H100/H200-class GPU
+#   CHECKS="tp conv" bash scripts/gpu_check.sh
+#
+# Uses the python on PATH (which must have a CUDA torch). Packages the machine lacks are
+# installed from ./wheels when that folder exists (machines without internet). Results go to
+# $OUT (default results/gpu-check) and are merged into
+# results/baselines/gpu-<gpu name>.parquet, to be committed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT=${OUT:-results/gpu-check}
+CHECKS=${CHECKS:-"tp tp-dbl conv kernels mace se3t"}
+BUDGET=${BUDGET:-0.5}
+mkdir -p "$OUT"
+
+if [ -d wheels ]; then
+    "$PY" -m pip install --quiet --no-index --find-links wheels wheels/*.whl
+fi
+"$PY" -m pip install --quiet --no-deps --no-build-isolation -e . >/dev/null
+"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device visible'; print(torch.cuda.get_device_name(0))"
+
+run() {  # run NAME equibench-run-arguments...
+    local name=$1; shift
+    echo "[gpu_check] $name"
+    timeout 600 "$PY" -m equibench.cli run --device cuda:0 --budget "$BUDGET" --quiet \
+        --out "$OUT/$name.parquet" "$@" | tail -n 60 || echo "[gpu_check] $name failed: see above"
+}
+
+TP_ALL=mace-large,mace-medium,nequip-water,nequip-aspirin,nequip-toluene,nequip-benzene,diffdock-l1,diffdock-l2
+IMPLS=e3nn,cuequivariance,openequivariance,fused
+
+"$PY" -m equibench.cli probe --device cuda:0 --out "$OUT/machine.json"
+for check in $CHECKS; do
+    case $check in
+        tp) run tp --level tp --workload "$TP_ALL" --implementation "$IMPLS" \
+                --direction forward,backward --precision float32,float64 --batch 50000 ;;
+        tp-dbl) run tp-dbl --level tp --workload "$TP_ALL" --implementation "$IMPLS" \
+                --direction double_backward --precision float32,float64 --batch 20000 ;;
+        conv) run conv --level conv --workload mace-large@qm9,mace-large@carbon \
+                --implementation "$IMPLS,e3nn-compiled" --direction forward,backward \
+                --precision float32,float64 --batch 1000 ;;
+        kernels) TRITON_INTERPRET=0 run kernels --level conv --workload mace-large@carbon \
+                --implementation fused --direction forward,backward,double_backward \
+                --precision float32 --batch 4096 ;;
+        mace) run mace --level model --workload mace-qm9 --variant oeq \
+                --implementation e3nn,cuequivariance,openequivariance,fused \
+                --direction inference,train_step --precision float32,float64 --batch 32,64,128 ;;
+        se3t) run se3t --level model --workload se3t-qm9 --variant baseline,optimized \
+                --implementation basis,fused --direction train_step,inference \
+                --precision float32 --batch 100,240 ;;
+        *) echo "[gpu_check] unknown check $check" >&2; exit 2 ;;
+    esac
+done
+
+gpu=$("$PY" -c "import torch,re; print(re.sub('[^A-Za-z0-9]+','-',torch.cuda.get_device_name(0)).strip('-').lower())")
+mkdir -p results/baselines
+"$PY" -m equibench.cli merge --out "results/baselines/gpu-$gpu.parquet" "$OUT"/*.parquet
+cp "$OUT/machine.json" "results/baselines/gpu-$gpu.machine.json"
+"$PY" -m equibench.cli show "results/baselines/gpu-$gpu.parquet" --columns \
+    level,workload,implementation,direction,precision,batch,status,time_median_s,throughput | tail -n 40
