@@ -4,7 +4,13 @@ Workload names are ``<tensor-product workload>@<graph>``:
 
 - ``@qm9``: ``batch`` QM9 molecules (a seeded sample), 5 Å radius graph;
 - ``@carbon``: a periodic diamond-carbon supercell of about ``batch`` atoms (rounded to
-  ``8 k^3``, k conventional cells a side), 6 Å radius graph with periodic images.
+  ``8 k^3``, k conventional cells a side), 6 Å radius graph with periodic images;
+- ``@qm9-padded`` and ``@qm9-packed`` (the packing workload): the same ``batch`` QM9
+  molecules, processed as a sequence of static-shape batches in one call. ``padded`` groups
+  16 molecules per batch, padded to the largest batch's node and edge counts; ``packed``
+  bin-packs them (first-fit decreasing) into packs of the same node budget. Throughput
+  counts real edges only, so the ratio packed/padded is what packing buys
+  (the ``ipu-packing`` claim).
 
 Inputs: random node features x (N, d1), the spherical harmonics of the edge vectors
 y (E, d2) (component normalization), random per-edge weights w (E, weight_numel).
@@ -42,6 +48,9 @@ class ConvGraph:
     edge_vec: torch.Tensor
     num_nodes: int
     description: str
+    real_edges: int | None = None  # without padding edges; None when there are none
+    blocks: int = 1  # equal-sized disjoint blocks, convolved one at a time
+    padding_efficiency: float = 1.0
 
 
 def qm9_graph(batch: int, seed: int) -> ConvGraph:
@@ -72,7 +81,49 @@ def carbon_graph(batch: int, seed: int) -> ConvGraph:
                      f"{CARBON_CUTOFF} Å radius graph")
 
 
-GRAPHS = {"qm9": qm9_graph, "carbon": carbon_graph}
+PADDED_BATCH = 16  # molecules per padded batch; packs get the same node budget
+
+
+def qm9_static_batches(batch: int, seed: int, mode: str) -> ConvGraph:
+    """The sample of :func:`qm9_graph` as fixed-shape batches laid side by side.
+
+    Batches are disjoint blocks of one graph (node and edge indices offset per block);
+    the timed call runs the convolution once per block, and every block has the same node
+    and edge slot counts, which is what static-shape (compiled) code needs.
+    """
+    from equibench import datasets
+
+    ds = datasets.load("qm9")
+    indices = np.sort(np.random.default_rng(seed).choice(len(ds), size=batch, replace=False))
+    padded = ds.plan("padded", batch_size=PADDED_BATCH, indices=indices, cutoff=QM9_CUTOFF)
+    plan = padded if mode == "padded" else ds.plan(
+        "packed", max_nodes=padded.max_nodes, max_edges=padded.max_edges, indices=indices,
+        cutoff=QM9_CUTOFF,
+    )
+    src, dst, vec, real_edges, offset = [], [], [], 0, 0
+    for b in ds.batches(plan, cutoff=QM9_CUTOFF, dtype=torch.float64):
+        src.append(b.edge_src + offset)
+        dst.append(b.edge_dst + offset)
+        vec.append(b.edge_vec)
+        real_edges += int(b.edge_mask.sum())
+        offset += int(b.pos.shape[0])
+    return ConvGraph(
+        torch.cat(src), torch.cat(dst), torch.cat(vec), offset,
+        f"{batch} QM9 molecules as {len(plan.batches)} {mode} batches of {plan.max_nodes} "
+        f"node / {plan.max_edges} edge slots (node padding efficiency "
+        f"{plan.padding_efficiency:.3f}), {QM9_CUTOFF} Å radius graph",
+        real_edges=real_edges,
+        blocks=len(plan.batches),
+        padding_efficiency=plan.padding_efficiency,
+    )
+
+
+GRAPHS = {
+    "qm9": qm9_graph,
+    "carbon": carbon_graph,
+    "qm9-padded": functools.partial(qm9_static_batches, mode="padded"),
+    "qm9-packed": functools.partial(qm9_static_batches, mode="packed"),
+}
 
 
 def parse_workload(name: str) -> tuple[TPProblem, str]:
@@ -108,7 +159,7 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
 
     def bench_fn(conv, dt):
         data = {k: v.to(device=case.device, dtype=dt) for k, v in master.items()}
-        fn = functools.partial(_bound, conv, src, dst, n)
+        fn = functools.partial(_bound, conv, src, dst, n, graph.blocks)
         call = directional_call(case.direction, fn, [data["x"], data["y"], data["w"]],
                                 ["x", "y", "w"], data["grad_out"],
                                 [data["probe_x"], data["probe_y"]])
@@ -122,11 +173,12 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         return bench_fn(functools.partial(gather_tp_scatter, module), torch.float64)[2]()
 
     edges = int(src.shape[0])
+    real_edges = graph.real_edges if graph.real_edges is not None else edges
     itemsize = torch.empty((), dtype=dtype).element_size()
     return Bench(
         call=call,
         reference=reference,
-        items=edges,
+        items=real_edges,
         unit="edges/s",
         flops=tp_cost(problem).flops(case.direction) * edges,
         bytes=conv_bytes(problem, case.direction, n, edges, itemsize),
@@ -134,9 +186,20 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
                                                  seed + 1))
         if case.direction == "forward" else None,
         extra={"graph": graph.description, "nodes": n, "edges": edges,
+               "real_edges": real_edges, "blocks": graph.blocks,
+               "padding_efficiency": graph.padding_efficiency,
                "paths": len(problem.instructions), "mode": problem.mode},
     )
 
 
-def _bound(conv, src, dst, n, x, y, w):
-    return conv(x, y, w, src, dst, n)
+def _bound(conv, src, dst, n, blocks, x, y, w):
+    if blocks == 1:
+        return conv(x, y, w, src, dst, n)
+    # Equal blocks: node block k holds nodes [k n_b, (k+1) n_b), edge block k its edges.
+    n_b, e_b = n // blocks, src.shape[0] // blocks
+    outs = [
+        conv(x[k * n_b:(k + 1) * n_b], y[k * e_b:(k + 1) * e_b], w[k * e_b:(k + 1) * e_b],
+             src[k * e_b:(k + 1) * e_b] - k * n_b, dst[k * e_b:(k + 1) * e_b] - k * n_b, n_b)
+        for k in range(blocks)
+    ]
+    return torch.cat(outs)
