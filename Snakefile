@@ -28,4 +28,3 @@ rule all:
     input:
         f"{RUN}/results.parquet",
         f"{RUN}/dashboard/index.html",
-        f"{RUN}/machine.json",

@@ -1,107 +1,160 @@
-"""The static dashboard site: self-contained HTML pages with Plotly embedded (no CDN)."""
+"""The static dashboard site: self-contained HTML pages with Plotly embedded (no CDN).
+
+``write_site(frame, out_dir)`` writes index.html (claims, runs, environment), tp.html,
+conv.html, models.html, roofline.html, memory.html and history.html, each figure's data as
+CSV beside its page, and results.csv. Sections without rows say "no rows".
+"""
 
 from __future__ import annotations
 
-import html
+import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
-import plotly.graph_objects as go
-import plotly.offline
 from equibench.dashboards import figures
+from equibench.dashboards.figures import Chart
+from equibench.dashboards.layout import PAGES, Block, PageSpec, blocks_html, page, table
+
+from equibench import claims as claims_mod
+from equibench import history as history_mod
+from equibench.compare import machine_labels
 
 ENV_COLUMNS = ["run_id", "device", "host", "cpu_model", "cpu_count", "threads", "gpu_name",
                "gpu_driver", "cuda", "python", "version_torch", "version_e3nn",
                "version_cuequivariance_torch", "version_openequivariance", "version_mace_torch",
                "git_commit", "git_dirty"]
-
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1400px; }
-table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1.5rem; }
-th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; }
-th { background: #f3f3f3; }
-.note { color: #555; }
-"""
-
-
-def _table(frame: pd.DataFrame) -> str:
-    """An HTML table; every cell escaped (result strings come from arbitrary programs)."""
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
-        for row in frame.itertuples(index=False)
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _figure_html(fig: go.Figure, first: bool) -> str:
-    # Plotly's JS is embedded once per page, so pages open with no network.
-    return plotly.offline.plot(
-        fig, output_type="div", include_plotlyjs=True if first else False,
-        config={"displaylogo": False},
-    )
+PROBLEM_COLUMNS = ["level", "workload", "implementation", "direction", "precision", "batch",
+                   "device", "status", "reason"]
+VERDICT_RULE = (
+    "Measured: the geometric mean (or, for 'up to' claims, the max) over matched pairs of "
+    "cases of the claimed ratio, with a bootstrap 95% confidence interval from the raw timing "
+    "samples. Reproduced: measured on the claimed hardware and the interval's lower bound is "
+    "at least claimed / 1.1 (the claim's tolerance). Different hardware: measured elsewhere, "
+    "never 'reproduced'. Not measured: no matching ok rows, or the claim cannot be measured "
+    "by this tool.")
 
 
 def _write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; the site is meant to be served
     os.replace(tmp, path)
 
 
-def _status_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    return (frame.groupby(["level", "implementation", "status"]).size()
-            .rename("cases").reset_index())
+def _runs(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return pd.DataFrame()
+    data = frame.assign(machine=machine_labels(frame), ok=frame["status"] == "ok")
+    return (data.groupby(["run_id", "host", "machine", "git_commit"], sort=False)
+            .agg(cases=("status", "size"), ok=("ok", "sum"), first=("timestamp", "min"),
+                 last=("timestamp", "max"), config_hash=("config_hash", "first"))
+            .reset_index())
 
 
 def _problems(frame: pd.DataFrame) -> pd.DataFrame:
-    bad = frame[frame["status"] != "ok"]
-    cols = ["level", "workload", "implementation", "direction", "precision", "batch", "device",
-            "status", "reason"]
-    return bad[cols].drop_duplicates(subset=["level", "workload", "implementation", "status",
-                                             "reason"])
+    bad = frame[frame["status"] != "ok"][PROBLEM_COLUMNS]
+    return bad.drop_duplicates(subset=["level", "workload", "implementation", "status",
+                                       "reason"])
 
 
-def render_index(frame: pd.DataFrame) -> str:
-    sections: list[str] = []
-    figs: list[tuple[str, go.Figure | None]] = []
-    for level in ("tp", "conv", "model"):
-        if (frame["level"] == level).any():
-            figs += [
-                (f"{level}-throughput", figures.throughput_vs_batch(frame, level)),
-                (f"{level}-speedup", figures.speedup_over_reference(frame, level)),
-                (f"{level}-memory", figures.peak_memory(frame, level)),
-            ]
-    first = True
-    for anchor, fig in figs:
-        if fig is None:
-            continue
-        sections.append(f'<section id="{anchor}">{_figure_html(fig, first)}</section>')
-        first = False
+def _index(frame: pd.DataFrame, claim_rows: pd.DataFrame, claim_details: pd.DataFrame
+           ) -> list[Block]:
+    verdict_classes = ["verdict-" + v.replace(" ", "-") for v in claim_rows.get("verdict", [])]
     env = frame[[c for c in ENV_COLUMNS if c in frame.columns]].drop_duplicates()
-    problems = _problems(frame)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>equibench results</title>
-<style>{STYLE}</style></head><body>
-<h1>equibench results</h1>
+    claims_link = '<p><a href="claims.csv">claims (CSV)</a></p>' if not claim_rows.empty else ""
+    return [f"""
 <p class="note">Every timed case first matched the float64 e3nn reference within its
 precision's tolerance. Throughput is work items per second (median over repeats); speedups
 compare implementations measured in the same run.</p>
-<h2>Cases by status</h2>{_table(_status_summary(frame))}
-{''.join(sections) or '<p>No case finished with status ok.</p>'}
-<h2>Cases that did not run or did not pass</h2>
-{_table(problems) if len(problems) else '<p>None.</p>'}
-<h2>Environment</h2>{_table(env)}
-</body></html>
-"""
+<h2>Claims</h2>
+<p class="note">{VERDICT_RULE}</p>
+{table(claim_rows, verdict_classes)}{claims_link}
+<details><summary>What each claim says and how it is measured</summary>
+{table(claim_details)}</details>
+<h2>Runs</h2>{table(_runs(frame))}
+""", figures.status_counts(frame), f"""
+<h2>Cases that did not run or did not pass</h2>{table(_problems(frame))}
+<h2>Environment</h2>{table(env)}
+<p><a href="results.csv">all rows (CSV)</a></p>
+"""]
 
 
-def write_site(frame: pd.DataFrame, out_dir: str | Path) -> Path:
+def _level_charts(frame: pd.DataFrame, level: str) -> list[Chart]:
+    return [figures.throughput_heatmap(frame, level), figures.speedup_bars(frame, level),
+            figures.throughput_vs_batch(frame, level)]
+
+
+def _peaks(frame: pd.DataFrame, probe_file: Path | None) -> figures.Peaks:
+    """Peak lines: the rows' own, else those of the run's machine.json."""
+    peaks = figures.peaks_from_rows(frame)
+    if not peaks and probe_file is not None and probe_file.exists():
+        peaks = figures.peaks_from_probe(json.loads(probe_file.read_text()))
+    return peaks
+
+
+def _history(history: pd.DataFrame | str | Path | None, out: Path) -> pd.DataFrame:
+    if isinstance(history, pd.DataFrame):
+        return history
+    if history is None:
+        # results/<run>/dashboard -> results/history.parquet, where `history add` writes
+        history = out.parent.parent / history_mod.DEFAULT_PATH.name
+    return history_mod.read(history)
+
+
+def _intro(text: str) -> str:
+    return f'<p class="note">{text}</p>'
+
+
+def write_site(frame: pd.DataFrame, out_dir: str | Path,
+               history: pd.DataFrame | str | Path | None = None,
+               claims: Sequence[claims_mod.Claim] | None = None,
+               machine_json: str | Path | None = None) -> Path:
+    """Write the site into ``out_dir``; return the path of index.html.
+
+    ``history``: a history table or its file (default: ``results/history.parquet``, two
+    levels above ``out_dir``). ``claims``: the claims to check (default: the packaged
+    claims.yaml). ``machine_json``: the machine probe for the roofline's peak lines
+    (default: ``machine.json`` beside ``out_dir``).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    index = out / "index.html"
-    _write_atomic(index, render_index(frame))
+    claim_list = claims_mod.load() if claims is None else list(claims)
+    claim_rows = claims_mod.table(claims_mod.evaluate(claim_list, frame))
+    probe = Path(machine_json) if machine_json else out.parent / "machine.json"
+    pages: dict[str, list[Block]] = {
+        "index.html": _index(frame, claim_rows, claims_mod.details(claim_list)),
+        "tp.html": [_intro("Bare tensor products on batches of independent inputs."),
+                    *_level_charts(frame, "tp")],
+        "conv.html": [_intro("Tensor products fused with the gather of source-node features "
+                             "and the scatter-sum to destination nodes, on real graphs."),
+                      *_level_charts(frame, "conv")],
+        "models.html": [_intro("Whole models; the implementation is the tensor-product "
+                               "backend, the variant the model's option set."),
+                        figures.throughput_vs_batch(frame, "model"),
+                        figures.memory_vs_batch(frame, "model"),
+                        figures.speedup_bars(frame, "model"),
+                        figures.speedup_bars(frame, "model", "baseline", column="variant"),
+                        figures.time_breakdown(frame, "model")],
+        "roofline.html": [_intro("FLOPs and bytes come from the cost model (ideal minimum "
+                                 "traffic), so intensity is a property of the workload."),
+                          figures.roofline(frame, _peaks(frame, probe))],
+        "memory.html": [_intro("Peak extra memory of one call, per level."),
+                        *[figures.memory_vs_batch(frame, level)
+                          for level in ("tp", "conv", "model")]],
+        "history.html": [_intro("Added by <code>equibench history add RESULTS</code>."),
+                         figures.history_lines(_history(history, out))],
+    }
+    specs: dict[str, PageSpec] = {p.file: p for p in PAGES}
+    for name, blocks in pages.items():
+        for chart in blocks:
+            if isinstance(chart, Chart) and chart.figure is not None:
+                chart.data.to_csv(out / f"{chart.key}.csv", index=False)
+        _write_atomic(out / name, page(specs[name], blocks_html(blocks)))
+    if not claim_rows.empty:
+        claim_rows.to_csv(out / "claims.csv", index=False)
     frame.drop(columns=["time_samples"]).to_csv(out / "results.csv", index=False)
-    return index
+    return out / "index.html"

@@ -1,8 +1,6 @@
 """Regression checks between two result tables (a baseline and a new run).
 
-Two comparisons per matched case, both decided by asv's rule: a change counts only when it
-passes a ratio threshold *and* a one-sided Mann-Whitney U test on the raw samples says it
-is not noise.
+Cases are matched on their key columns; three metrics are compared per case:
 
 - ``speedup vs <reference>``: each implementation's speedup over the reference
   implementation measured in the same run (``t_ref / t_impl``). Machine-independent, so a
@@ -10,8 +8,15 @@ is not noise.
   implementation's samples normalised by the same run's reference median.
 - ``time``: the raw median, only where both rows ran on the same machine (same host, CPU
   model and GPU name): raw times from different machines say nothing about the code.
-- ``peak memory``: same machine only. It is one number per case (no samples), so it is
-  decided by the threshold plus an absolute floor (resident-set growth moves by pages).
+- ``peak memory``: same machine only.
+
+A change counts only when it passes the ratio threshold *and* a one-sided Mann-Whitney U
+test on the raw samples gives p < alpha (asv's rule). With alpha 0.05 the test needs 3
+samples on one side and 4 on the other (3 against 3 cannot get below p = 1/20), so cases
+with fewer repeats are never flagged. A row without samples (imported without
+``--benchmark-save-data``) is decided by the threshold alone, as is peak memory, which is
+one number per case: there an absolute floor stands in for the test, because resident-set
+growth moves by whole pages.
 
 This module also holds the helpers that claims and history share: the case key, a row's
 machine label and its timing samples.
@@ -46,12 +51,15 @@ def machine_labels(frame: pd.DataFrame) -> pd.Series:
     return gpu.where(gpu != "", cpu)
 
 
-def samples_of(row: pd.Series) -> np.ndarray:
-    """A row's timing samples; its median alone when the samples were not kept."""
-    samples = np.asarray(row["time_samples"], dtype=float)
+def samples_of(row: pd.Series, suffix: str = "") -> np.ndarray:
+    """A row's timing samples; its median alone when the samples were not kept.
+
+    ``suffix`` picks one side of a merged row (``time_samples_b``, ...).
+    """
+    samples = np.asarray(row[f"time_samples{suffix}"], dtype=float)
     if samples.size:
         return samples
-    return np.array([row["time_median_s"]], dtype=float)
+    return np.array([row[f"time_median_s{suffix}"]], dtype=float)
 
 
 def latest_ok(frame: pd.DataFrame) -> pd.DataFrame:
@@ -90,38 +98,38 @@ def _case_label(row: pd.Series) -> str:
             f"{row['direction']} {row['precision']} b={row['batch']} {row['device']}")
 
 
-def _decide(worse_by: float, p_worse: float, p_better: float, threshold: float,
-            alpha: float) -> str:
-    if worse_by >= threshold and p_worse <= alpha:
-        return "regression"
-    if worse_by <= 1 / threshold and p_better <= alpha:
-        return "improvement"
-    return "unchanged"
+def _judge(worse_by: float, a: np.ndarray, b: np.ndarray, threshold: float,
+           alpha: float) -> tuple[str, float]:
+    """Verdict and p-value of a change; ``a`` stochastically greater than ``b`` means worse.
 
-
-def _mwu(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """One-sided p-values that ``a`` is stochastically greater, and that it is smaller.
-
-    Without at least two samples a side the test cannot speak: p = 0 lets the threshold
-    alone decide, as asv does for benchmarks without samples.
+    The rank test runs only when the ratio passes the threshold (the one-sided test in the
+    ratio's direction). Without two samples a side it cannot speak, and the threshold alone
+    decides, as asv does for benchmarks without samples.
     """
+    if worse_by >= threshold:
+        side, verdict = "greater", "regression"
+    elif worse_by <= 1 / threshold:
+        side, verdict = "less", "improvement"
+    else:
+        return "unchanged", math.nan
     if a.size < 2 or b.size < 2:
-        return 0.0, 0.0
-    greater = mannwhitneyu(a, b, alternative="greater").pvalue
-    less = mannwhitneyu(a, b, alternative="less").pvalue
-    return float(greater), float(less)
+        return verdict, math.nan
+    p = float(mannwhitneyu(a, b, alternative=side).pvalue)
+    return (verdict if p < alpha else "unchanged"), p
 
 
-def speedups(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
-    """Each non-reference ok row joined with its reference row from the same run and machine.
+def speedups(frame: pd.DataFrame, reference: str = REFERENCE,
+             column: str = "implementation") -> pd.DataFrame:
+    """Each ok row joined with the row of the same case, run and machine whose ``column``
+    is ``reference`` (by default: the reference implementation).
 
-    Adds ``ref_time_s`` and ``speedup`` (reference median / implementation median).
+    Adds ``ref_time_s`` and ``speedup`` (reference median / the row's median).
     """
     ok = latest_ok(frame)
-    match = [c for c in KEY_COLUMNS if c != "implementation"] + ["run_id", *SAME_MACHINE]
-    ref = ok[ok["implementation"] == reference][match + ["time_median_s"]]
+    match = [c for c in KEY_COLUMNS if c != column] + ["run_id", *SAME_MACHINE]
+    ref = ok[ok[column] == reference][match + ["time_median_s"]]
     ref = ref.rename(columns={"time_median_s": "ref_time_s"})
-    joined = ok[ok["implementation"] != reference].merge(ref, on=match)
+    joined = ok[ok[column] != reference].merge(ref, on=match)
     joined["speedup"] = joined["ref_time_s"] / joined["time_median_s"]
     return joined
 
@@ -131,29 +139,26 @@ def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, thr
     b, n = speedups(base, reference), speedups(new, reference)
     # The same machine when both tables have it; otherwise a case measured on exactly one
     # machine in each table is matched across machines (the ratio does not depend on it).
-    same = b.merge(n, on=[*KEY_COLUMNS, "machine"], suffixes=("_b", "_n"))
-    rest_b = b[b.groupby(list(KEY_COLUMNS))["machine"].transform("size") == 1]
-    rest_n = n[n.groupby(list(KEY_COLUMNS))["machine"].transform("size") == 1]
-    cross = rest_b.merge(rest_n, on=list(KEY_COLUMNS), suffixes=("_b", "_n"))
-    cross = cross[cross["machine_b"] != cross["machine_n"]]
+    same = b.merge(n, on=[*KEY_COLUMNS, *SAME_MACHINE], suffixes=("_b", "_n"))
+    keys = list(KEY_COLUMNS)
+    single_b = b[b.groupby(keys)["machine"].transform("size") == 1]
+    single_n = n[n.groupby(keys)["machine"].transform("size") == 1]
+    cross = single_b.merge(single_n, on=keys, suffixes=("_b", "_n"))
+    differs = np.zeros(len(cross), dtype=bool)
+    for col in SAME_MACHINE:
+        differs |= (cross[f"{col}_b"] != cross[f"{col}_n"]).to_numpy()
+    cross = cross[differs]
     changes = []
     for pairs in (same, cross):
         for _, row in pairs.iterrows():
-            sb = row["ref_time_s_b"] / samples_of(_side(row, "_b"))
-            sn = row["ref_time_s_n"] / samples_of(_side(row, "_n"))
-            worse_by = row["speedup_b"] / row["speedup_n"]
-            p_worse, p_better = _mwu(sb, sn)
+            sb = row["ref_time_s_b"] / samples_of(row, "_b")
+            sn = row["ref_time_s_n"] / samples_of(row, "_n")
+            # A speedup that shrinks is worse: the base's samples are then the greater.
+            verdict, p = _judge(row["speedup_b"] / row["speedup_n"], sb, sn, threshold, alpha)
             changes.append(Change(
                 case=_case_label(row), metric=f"speedup vs {reference}", higher_is_better=True,
-                base=row["speedup_b"], new=row["speedup_n"],
-                p_value=min(p_worse, p_better) if sb.size > 1 and sn.size > 1 else math.nan,
-                verdict=_decide(worse_by, p_worse, p_better, threshold, alpha)))
+                base=row["speedup_b"], new=row["speedup_n"], p_value=p, verdict=verdict))
     return changes
-
-
-def _side(row: pd.Series, suffix: str) -> pd.Series:
-    return pd.Series({"time_samples": row[f"time_samples{suffix}"],
-                      "time_median_s": row[f"time_median_s{suffix}"]})
 
 
 def _same_machine_changes(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
@@ -163,23 +168,21 @@ def _same_machine_changes(base: pd.DataFrame, new: pd.DataFrame, threshold: floa
     changes = []
     for _, row in joined.iterrows():
         label = _case_label(row)
-        tb, tn = samples_of(_side(row, "_b")), samples_of(_side(row, "_n"))
-        p_worse, p_better = _mwu(tn, tb)
+        tb, tn = samples_of(row, "_b"), samples_of(row, "_n")
+        verdict, p = _judge(row["time_median_s_n"] / row["time_median_s_b"], tn, tb, threshold,
+                            alpha)
         changes.append(Change(
-            case=label, metric="time", higher_is_better=False,
-            base=row["time_median_s_b"], new=row["time_median_s_n"],
-            p_value=min(p_worse, p_better) if tb.size > 1 and tn.size > 1 else math.nan,
-            verdict=_decide(row["time_median_s_n"] / row["time_median_s_b"], p_worse, p_better,
-                            threshold, alpha)))
+            case=label, metric="time", higher_is_better=False, base=row["time_median_s_b"],
+            new=row["time_median_s_n"], p_value=p, verdict=verdict))
         mb, mn = row["peak_mem_bytes_b"], row["peak_mem_bytes_n"]
         if mb > 0 and mn > 0:
-            # No samples: the absolute floor plays the part of the significance test.
-            big = abs(mn - mb) >= mem_floor
+            # One number, no samples: the absolute floor stands in for the rank test.
+            verdict = "unchanged"
+            if abs(mn - mb) >= mem_floor:
+                verdict, _ = _judge(mn / mb, np.empty(0), np.empty(0), threshold, alpha)
             changes.append(Change(
                 case=label, metric="peak memory", higher_is_better=False, base=float(mb),
-                new=float(mn), p_value=math.nan,
-                verdict=_decide(mn / mb, 0.0 if big else 1.0, 0.0 if big else 1.0, threshold,
-                                alpha)))
+                new=float(mn), p_value=math.nan, verdict=verdict))
     return changes
 
 
@@ -208,7 +211,8 @@ def markdown(changes: Iterable[Change], show_all: bool = False) -> str:
              "|---|---|---|---|---|---|---|"]
     for c in shown:
         better = "higher" if c.higher_is_better else "lower"
-        lines.append(f"| {c.case} | {c.metric} ({better} is better) | {_fmt(c.base)} | "
+        case = c.case.replace("|", "\\|")  # a pipe would split the markdown cell
+        lines.append(f"| {case} | {c.metric} ({better} is better) | {_fmt(c.base)} | "
                      f"{_fmt(c.new)} | {_fmt(c.worse_by)}x | {_fmt(c.p_value)} | "
                      f"{c.verdict} |")
     counts = {v: sum(c.verdict == v for c in changes) for v in order}

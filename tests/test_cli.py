@@ -5,7 +5,8 @@ import pytest
 
 from equibench.cli import build_parser, main
 
-SUBCOMMANDS = ["run", "sweep", "show", "env", "list", "merge", "dashboard", "config"]
+SUBCOMMANDS = ["run", "sweep", "show", "env", "list", "merge", "dashboard", "config", "probe",
+               "claims", "compare", "import", "history", "datasets"]
 
 
 @pytest.mark.parametrize("command", [None, *SUBCOMMANDS])

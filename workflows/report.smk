@@ -18,7 +18,9 @@ rule aggregate:
 
 rule dashboard:
     input:
-        f"{RUN}/results.parquet",
+        results=f"{RUN}/results.parquet",
+        machine=f"{RUN}/machine.json",
+        history=f"{RUN}/history.done",
     output:
         f"{RUN}/dashboard/index.html",
     log:
@@ -28,4 +30,18 @@ rule dashboard:
     conda:
         "envs/equibench.yaml"
     shell:
-        "equibench dashboard {input} --out {params.outdir} > {log} 2>&1"
+        "equibench dashboard {input.results} --out {params.outdir} > {log} 2>&1"
+
+
+rule history:
+    input:
+        f"{RUN}/results.parquet",
+    output:
+        f"{RUN}/history.done",
+    log:
+        f"{RUN}/logs/history.log",
+    conda:
+        "envs/equibench.yaml"
+    shell:
+        "equibench history add {input} --history results/history.parquet > {log} 2>&1 "
+        "&& touch {output}"

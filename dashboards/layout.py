@@ -1,0 +1,113 @@
+"""HTML of the site's pages: the shell with its nav bar, tables, and figure sections.
+
+Every string that comes from a result row goes through ``html.escape`` here; figures are
+escaped where they are built.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import plotly.io as pio
+from equibench.dashboards.figures import Chart
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 0 auto 2rem; max-width: 1500px;
+       padding: 0 1rem; }
+nav { position: sticky; top: 0; background: #1f2933; padding: 0.5rem 1rem; margin: 0 -1rem 1rem;
+      z-index: 10; }
+nav a { color: #e4e7eb; margin-right: 1.2rem; text-decoration: none; }
+nav a.current { color: #fff; font-weight: 600; border-bottom: 2px solid #7cc4fa; }
+table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1.5rem; }
+th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+.note, .empty { color: #555; }
+.chart { margin-bottom: 2rem; }
+.verdict-reproduced { background: #d3f9d8; }
+.verdict-not-reproduced { background: #ffe3e3; }
+.verdict-different-hardware { background: #fff3bf; }
+.verdict-not-measured { color: #777; }
+"""
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    """A page of the site: its file, its title in the nav bar and its heading."""
+
+    file: str
+    nav: str
+    heading: str
+
+
+PAGES: tuple[PageSpec, ...] = (
+    PageSpec("index.html", "Overview", "equibench results"),
+    PageSpec("tp.html", "Tensor products", "Tensor products"),
+    PageSpec("conv.html", "Convolutions", "Convolutions (TP fused with gather/scatter)"),
+    PageSpec("models.html", "Models", "Models (MACE, SE(3)-Transformer)"),
+    PageSpec("roofline.html", "Roofline", "Roofline"),
+    PageSpec("memory.html", "Memory", "Peak memory"),
+    PageSpec("history.html", "History", "History across commits"),
+)
+
+
+def table(frame: pd.DataFrame, row_class: Sequence[str] | None = None) -> str:
+    """An HTML table with every cell escaped; ``row_class`` adds a CSS class per row."""
+    if frame.empty:
+        return '<p class="empty">no rows</p>'
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for i, row in enumerate(frame.itertuples(index=False)):
+        css = f' class="{html.escape(row_class[i])}"' if row_class else ""
+        cells = "".join(f"<td>{html.escape(str(v))}</td>" for v in row)
+        body.append(f"<tr{css}>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def chart_section(chart: Chart, include_plotlyjs: bool) -> str:
+    """A chart's heading, figure (or 'no rows'), note and CSV link."""
+    title = f"<h3>{html.escape(chart.title)}</h3>"
+    if chart.figure is None:
+        return f'<section class="chart" id="{chart.key}">{title}' \
+               '<p class="empty">no rows</p></section>'
+    # Plotly's JS goes into the first figure of a page only: pages open offline, once each.
+    div = pio.to_html(chart.figure, full_html=False, include_plotlyjs=include_plotlyjs,
+                      div_id=f"{chart.key}-figure",
+                      config={"displaylogo": False, "responsive": True})
+    note = f'<p class="note">{html.escape(chart.note)}</p>' if chart.note else ""
+    link = f'<p><a href="{chart.key}.csv">data (CSV)</a></p>'
+    return f'<section class="chart" id="{chart.key}">{title}{div}{note}{link}</section>'
+
+
+Block = str | Chart  # raw HTML (already escaped) or a chart
+
+
+def blocks_html(blocks: Sequence[Block]) -> str:
+    """A page body from its blocks, in order."""
+    parts, embedded = [], False
+    for block in blocks:
+        if isinstance(block, str):
+            parts.append(block)
+            continue
+        parts.append(chart_section(block, include_plotlyjs=not embedded and
+                                   block.figure is not None))
+        embedded = embedded or block.figure is not None
+    return "".join(parts)
+
+
+def page(spec: PageSpec, body: str) -> str:
+    current = ' class="current"'
+    nav = "".join(f'<a href="{p.file}"{current if p.file == spec.file else ""}>'
+                  f"{html.escape(p.nav)}</a>" for p in PAGES)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(spec.heading)} - equibench</title>
+<style>{STYLE}</style></head><body>
+<nav>{nav}</nav>
+<h1>{html.escape(spec.heading)}</h1>
+{body}
+</body></html>
+"""

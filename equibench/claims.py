@@ -1,0 +1,310 @@
+"""Published claims, checked against result tables.
+
+A claim (``claims.yaml``) is a ratio of one quantity between two selected sets of cases,
+or an absolute value of one set. :func:`evaluate` pairs the rows, computes the ratio per
+pair, aggregates the pairs per machine (geometric mean, or max for "up to" claims) and
+bootstraps a 95% confidence interval from the raw timing samples.
+
+Verdict rule, per claim and machine:
+
+- ``not measured``: the claim is marked ``measurable: false``, or no ok rows match it;
+- ``different hardware``: rows matched, but the machine (the GPU name, else the CPU model)
+  does not name the claim's ``hardware`` (as a token: ``A100`` is in
+  ``NVIDIA A100-SXM4-80GB``, not in ``RTX A1000``); never ``reproduced``;
+- ``reproduced``: the hardware matches and the CI's lower bound is at least
+  ``claimed / tolerance`` (tolerance 1.1 by default: the claim holds to within 10%, and
+  noise alone cannot carry it, since the whole interval must clear the bar);
+- ``not reproduced``: the hardware matches, and the lower bound falls short.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from equibench.compare import KEY_COLUMNS, machine_labels, samples_of
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+DIFFERENT_HARDWARE = "different hardware"
+NOT_MEASURED = "not measured"
+
+# quantity -> bigger is better
+QUANTITIES = {"throughput": True, "time": False, "peak_mem_bytes": False, "max_batch": True}
+AGGREGATES = ("geomean", "max")
+SELECTOR_COLUMNS = ("level", "workload", "implementation", "variant", "direction", "precision",
+                    "batch")
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One published claim and how to measure it."""
+
+    id: str
+    source: str
+    statement: str
+    claimed: float
+    hardware: str
+    conditions: str = ""
+    quantity: str = "throughput"
+    numerator: Mapping[str, object] = field(default_factory=dict)
+    denominator: Mapping[str, object] | None = None  # None: an absolute value
+    aggregate: str = "geomean"
+    scale: float = 1.0
+    unit: str = "x"
+    tolerance: float = 1.1
+    measurable: bool = True
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.quantity not in QUANTITIES:
+            raise ValueError(f"claim {self.id}: quantity {self.quantity!r} is not one of "
+                             f"{', '.join(QUANTITIES)}")
+        if self.aggregate not in AGGREGATES:
+            raise ValueError(f"claim {self.id}: aggregate {self.aggregate!r} is not one of "
+                             f"{', '.join(AGGREGATES)}")
+        if self.tolerance < 1:
+            raise ValueError(f"claim {self.id}: tolerance must be >= 1, got {self.tolerance}")
+        if not self.measurable:
+            if not self.reason:
+                raise ValueError(f"claim {self.id}: measurable: false needs a reason")
+            return
+        if not self.numerator:
+            raise ValueError(f"claim {self.id}: a measurable claim needs a numerator selector")
+        for side in (self.numerator, self.denominator or {}):
+            unknown = set(side) - set(SELECTOR_COLUMNS)
+            if unknown:
+                raise ValueError(f"claim {self.id}: selector column(s) {sorted(unknown)} not "
+                                 f"in {', '.join(SELECTOR_COLUMNS)}")
+        if self.quantity == "max_batch" and self.denominator is None:
+            raise ValueError(f"claim {self.id}: max_batch is only meaningful as a ratio")
+
+    @property
+    def higher_is_better(self) -> bool:
+        return QUANTITIES[self.quantity]
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """A claim's verdict on one machine (or on none, when not measured)."""
+
+    claim: Claim
+    verdict: str
+    machine: str = ""
+    measured: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    pairs: int = 0
+    hardware_match: bool = False
+    note: str = ""
+
+
+def load(path: str | Path | None = None) -> list[Claim]:
+    """The claims in ``path``, or the packaged ``claims.yaml``."""
+    if path is None:
+        text = importlib.resources.files("equibench").joinpath("claims.yaml").read_text()
+        where = "equibench/claims.yaml"
+    else:
+        text, where = Path(path).read_text(), str(path)
+    data = yaml.safe_load(text) or {}
+    allowed = {f.name for f in fields(Claim)}
+    claims = []
+    for entry in data.get("claims", []):
+        unknown = set(entry) - allowed
+        if unknown:
+            raise ValueError(f"{where}: claim {entry.get('id', '?')}: unknown key(s) "
+                             f"{sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        claims.append(Claim(**entry))
+    ids = [c.id for c in claims]
+    duplicated = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicated:
+        raise ValueError(f"{where}: duplicate claim id(s) {duplicated}")
+    return claims
+
+
+def _select(frame: pd.DataFrame, selector: Mapping[str, object]) -> pd.DataFrame:
+    mask = np.ones(len(frame), dtype=bool)
+    for column, wanted in selector.items():
+        values = wanted if isinstance(wanted, list) else [wanted]
+        mask &= frame[column].astype(str).isin([str(v) for v in values]).to_numpy()
+    return frame[mask]
+
+
+def _pair_keys(claim: Claim) -> list[str]:
+    """Columns both sides of a pair share: every key column the selectors do not contrast."""
+    den = claim.denominator or {}
+    keys = [c for c in KEY_COLUMNS if claim.numerator.get(c) == den.get(c)]
+    if claim.quantity == "max_batch":
+        keys.remove("batch")
+    return [*keys, "run_id", "host", "machine"]
+
+
+class _Bootstrap:
+    """Per-row bootstrap replicates of a quantity; each row is resampled once per replicate,
+    so a row shared by several pairs moves consistently in every replicate."""
+
+    def __init__(self, quantity: str, resamples: int, seed: int) -> None:
+        self.quantity = quantity
+        self.resamples = resamples
+        self.rng = np.random.default_rng(seed)
+        self._cache: dict[int, np.ndarray] = {}
+
+    def point(self, row: pd.Series) -> float:
+        if self.quantity == "throughput":
+            return row["batch"] / row["time_median_s"]
+        if self.quantity == "time":
+            return row["time_median_s"]
+        if self.quantity == "max_batch":
+            return float(row["batch"])  # the row kept is the group's largest ok batch
+        return float(row[self.quantity])
+
+    def replicates(self, index: int, row: pd.Series) -> np.ndarray:
+        if index not in self._cache:
+            self._cache[index] = self._draw(row)
+        return self._cache[index]
+
+    def _draw(self, row: pd.Series) -> np.ndarray:
+        if self.quantity not in ("throughput", "time"):
+            return np.full(self.resamples, self.point(row))  # one number, no samples
+        samples = samples_of(row)
+        picks = self.rng.integers(0, samples.size, size=(self.resamples, samples.size))
+        medians = np.median(samples[picks], axis=1)
+        return row["batch"] / medians if self.quantity == "throughput" else medians
+
+
+def _max_batch_rows(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per group: the largest batch that ran ok."""
+    return rows.sort_values("batch").groupby(keys, as_index=False).tail(1)
+
+
+def _pairs(claim: Claim, ok: pd.DataFrame) -> pd.DataFrame:
+    """One row per pair: ``num_index`` and ``den_index`` (rows of ``ok``) and ``machine``.
+    An absolute claim has numerator rows only."""
+    num = _select(ok, claim.numerator)
+    if claim.denominator is None:
+        return pd.DataFrame({"num_index": num.index, "machine": num["machine"]})
+    den = _select(ok, claim.denominator)
+    keys = _pair_keys(claim)
+    if claim.quantity == "max_batch":
+        num, den = _max_batch_rows(num, keys), _max_batch_rows(den, keys)
+    left = num[keys].assign(num_index=num.index)
+    right = den[keys].assign(den_index=den.index)
+    return left.merge(right, on=keys)
+
+
+def _pair_value(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, pair: pd.Series
+                ) -> tuple[float, np.ndarray]:
+    """The pair's ratio (oriented so that > 1 favours the numerator) and its replicates."""
+    num = ok.loc[pair["num_index"]]
+    point, reps = boot.point(num), boot.replicates(pair["num_index"], num)
+    if claim.denominator is None:
+        return point * claim.scale, reps * claim.scale
+    den = ok.loc[pair["den_index"]]
+    den_point, den_reps = boot.point(den), boot.replicates(pair["den_index"], den)
+    if claim.higher_is_better:
+        return point / den_point, reps / den_reps
+    return den_point / point, den_reps / reps
+
+
+def _aggregate(ratios: np.ndarray, how: str) -> np.ndarray:
+    """Aggregate over the last axis (pairs)."""
+    if how == "max":
+        return ratios.max(axis=-1)
+    return np.exp(np.log(ratios).mean(axis=-1))
+
+
+def hardware_matches(hardware: str, machine: str) -> bool:
+    """Whether ``machine`` names ``hardware`` as a whole token: ``A100`` matches
+    ``NVIDIA A100-SXM4-80GB`` but not ``NVIDIA RTX A1000``."""
+    pattern = rf"(?<![A-Za-z0-9]){re.escape(hardware)}(?![0-9])"
+    return re.search(pattern, machine, re.IGNORECASE) is not None
+
+
+def _verdict(claim: Claim, machine: str, ci_low: float) -> tuple[bool, str]:
+    match = hardware_matches(claim.hardware, machine)
+    if not match:
+        return False, DIFFERENT_HARDWARE
+    return True, REPRODUCED if ci_low >= claim.claimed / claim.tolerance else NOT_REPRODUCED
+
+
+def evaluate_claim(claim: Claim, frame: pd.DataFrame, resamples: int = BOOTSTRAP_RESAMPLES,
+                   seed: int = 0) -> list[ClaimResult]:
+    """The claim's result on every machine with matching ok rows (one 'not measured' if none)."""
+    if not claim.measurable:
+        return [ClaimResult(claim, NOT_MEASURED, note=claim.reason)]
+    ok = frame[frame["status"] == "ok"].copy()
+    if claim.quantity == "peak_mem_bytes":
+        ok = ok[ok["peak_mem_bytes"] > 0]  # -1: not measured; 0: below the method's resolution
+    ok["machine"] = machine_labels(ok)
+    pairs = _pairs(claim, ok)
+    if pairs.empty:
+        return [ClaimResult(claim, NOT_MEASURED, note="no matching ok rows")]
+    boot = _Bootstrap(claim.quantity, resamples, seed)
+    out = []
+    for machine, group in pairs.groupby("machine", sort=True):
+        values = [_pair_value(claim, boot, ok, pair) for _, pair in group.iterrows()]
+        points = np.array([point for point, _ in values])
+        reps = np.stack([rep for _, rep in values], axis=-1)
+        measured = float(_aggregate(points, claim.aggregate))
+        low, high = np.percentile(_aggregate(reps, claim.aggregate), [2.5, 97.5])
+        match, verdict = _verdict(claim, str(machine), float(low))
+        out.append(ClaimResult(claim, verdict, machine=str(machine), measured=measured,
+                               ci_low=float(low), ci_high=float(high), pairs=len(group),
+                               hardware_match=match))
+    return out
+
+
+def evaluate(claims: Iterable[Claim], frame: pd.DataFrame, resamples: int = BOOTSTRAP_RESAMPLES,
+             seed: int = 0) -> list[ClaimResult]:
+    return [r for claim in claims for r in evaluate_claim(claim, frame, resamples, seed)]
+
+
+def _num(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:.3g}"
+
+
+def table(results: Sequence[ClaimResult]) -> pd.DataFrame:
+    """The claims table (the CLI prints it; the dashboard's index page starts with it)."""
+    rows = []
+    for r in results:
+        c = r.claim
+        suffix = "x" if c.unit == "x" else f" {c.unit}"
+        rows.append({
+            "claim": c.id,
+            "claimed": f"{c.claimed:g}{suffix}",
+            "measured": f"{_num(r.measured)}{suffix}" if not math.isnan(r.measured) else "",
+            "95% CI": (f"{_num(r.ci_low)}-{_num(r.ci_high)}" if not math.isnan(r.ci_low)
+                       else ""),
+            "pairs": r.pairs if r.pairs else "",
+            "aggregate": c.aggregate if c.measurable else "",
+            "claimed on": c.hardware,
+            "measured on": r.machine,
+            "hardware match": ("" if r.verdict == NOT_MEASURED
+                               else "yes" if r.hardware_match else "no"),
+            "verdict": r.verdict,
+            "note": r.note,
+        })
+    return pd.DataFrame(rows)
+
+
+def details(claims: Iterable[Claim]) -> pd.DataFrame:
+    """What each claim says and how it is measured (the dashboard lists it under the table)."""
+    def selector(side: Mapping[str, object] | None) -> str:
+        return ", ".join(f"{k}={v}" for k, v in (side or {}).items())
+
+    return pd.DataFrame([{
+        "claim": c.id, "source": c.source, "statement": c.statement,
+        "conditions": c.conditions, "quantity": c.quantity,
+        "numerator": selector(c.numerator) if c.measurable else "",
+        "denominator": (selector(c.denominator) if c.denominator else
+                        f"(absolute, x {c.scale:g})") if c.measurable else "",
+    } for c in claims])

@@ -1,0 +1,133 @@
+"""Report commands of the ``equibench`` CLI: claims, compare, import, history.
+
+``equibench.cli.build_parser`` calls :func:`add_parsers` with its subparsers. Heavy
+imports (pandas, scipy) happen inside the commands, so ``equibench --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _print_frame(frame, markdown: bool) -> None:
+    import pandas as pd
+
+    if markdown:
+        head = "| " + " | ".join(frame.columns) + " |"
+        rule = "|" + "---|" * len(frame.columns)
+        body = ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |"
+                for row in frame.itertuples(index=False)]
+        print("\n".join([head, rule, *body]))
+        return
+    with pd.option_context("display.max_rows", 1000, "display.width", 250,
+                           "display.max_colwidth", 70):
+        print(frame.to_string(index=False))
+
+
+def cmd_claims(args: argparse.Namespace) -> int:
+    from equibench import claims, results
+
+    frame = results.read(args.results)
+    evaluated = claims.evaluate(claims.load(args.claims), frame, resamples=args.resamples)
+    _print_frame(claims.table(evaluated), args.markdown)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from equibench import compare, results
+
+    changes = compare.compare(results.read(args.base), results.read(args.new),
+                              threshold=args.threshold, alpha=args.alpha,
+                              reference=args.reference)
+    print(compare.markdown(changes, show_all=args.all))
+    return 1 if any(c.verdict == "regression" for c in changes) else 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from equibench import pytest_benchmark_import, results
+
+    imported = pytest_benchmark_import.read(args.json, run_id=args.run_id)
+    for name in imported.skipped:
+        print(f"skipped {name}")
+    if imported.frame.empty:
+        raise ValueError(f"{args.json}: no benchmark carried case fields; nothing written")
+    results.write_atomic(imported.frame, args.out)
+    print(f"wrote {args.out}: {len(imported.frame)} rows")
+    return 0
+
+
+def cmd_history_add(args: argparse.Namespace) -> int:
+    from equibench import history, results
+
+    merged, added = history.add(results.read(args.results), args.history, args.reference)
+    print(f"{args.history}: added {added} ratio(s); {len(merged)} in all, "
+          f"{merged['git_commit'].nunique()} commit(s)")
+    return 0
+
+
+def cmd_history_show(args: argparse.Namespace) -> int:
+    from equibench import history
+
+    frame = history.read(args.history)
+    if frame.empty:
+        print(f"{args.history}: no history yet; add a run with `equibench history add`")
+        return 0
+    cols = ["timestamp", "git_commit", "machine", "workload", "implementation", "direction",
+            "precision", "batch", "speedup"]
+    view = frame[cols].copy()
+    view["git_commit"] = view["git_commit"].str.slice(0, 10)
+    _print_frame(view, markdown=False)
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add the report subcommands to the ``equibench`` parser's subparsers."""
+    p = sub.add_parser(
+        "claims", help="check published claims against result tables",
+        description="Evaluate every claim of the claims file against the results: measured "
+                    "ratio (geometric mean or max over matched cases) with a bootstrap 95% "
+                    "confidence interval, hardware match and verdict.")
+    p.add_argument("results", nargs="+", help="result files or directories")
+    p.add_argument("--claims", help="claims YAML (default: the packaged claims.yaml)")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.set_defaults(func=cmd_claims)
+
+    p = sub.add_parser(
+        "compare", help="flag regressions between a baseline and a new result table",
+        description="Match cases on their key columns; compare each implementation's speedup "
+                    "over the reference measured in the same run, and raw times and memory "
+                    "where both ran on the same machine. A regression passes the ratio "
+                    "threshold and a one-sided Mann-Whitney U test. Exit status 1 on a "
+                    "regression.")
+    p.add_argument("base", help="baseline result file or directory")
+    p.add_argument("new", help="new result file or directory")
+    p.add_argument("--threshold", type=float, default=1.10,
+                   help="smallest factor that counts as a change (default 1.10)")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="significance level of the rank test (default 0.05)")
+    p.add_argument("--reference", default="e3nn", help="reference implementation")
+    p.add_argument("--all", action="store_true", help="list unchanged cases too")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser(
+        "import", help="convert pytest-benchmark JSON into a result table",
+        description="Read a file written by `pytest --benchmark-json` (samples kept with "
+                    "--benchmark-save-data) into the result schema.")
+    p.add_argument("json", help="pytest-benchmark JSON file")
+    p.add_argument("--out", required=True, help="result table to write (parquet)")
+    p.add_argument("--run-id", help="run id of the rows (default: from the file's datetime)")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("history", help="track speedups over commits")
+    history_sub = p.add_subparsers(dest="history_command", required=True, metavar="ACTION")
+    q = history_sub.add_parser("add", help="append a run's speedups over the reference")
+    q.add_argument("results", nargs="+", help="result files or directories")
+    q.add_argument("--history", default="results/history.parquet",
+                   help="history table (default results/history.parquet)")
+    q.add_argument("--reference", default="e3nn", help="reference implementation")
+    q.set_defaults(func=cmd_history_add)
+    q = history_sub.add_parser("show", help="print the history")
+    q.add_argument("--history", default="results/history.parquet",
+                   help="history table (default results/history.parquet)")
+    q.set_defaults(func=cmd_history_show)

@@ -1,0 +1,76 @@
+"""The history of tracked ratios across commits (``results/history.parquet``).
+
+Each run adds, per case, its speedup over the reference implementation measured in the
+same run. Ratios, not raw times, so that runs on different machines stay comparable;
+``machine`` is kept so that a plot can still separate them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from equibench.compare import KEY_COLUMNS, REFERENCE, speedups
+
+DEFAULT_PATH = Path("results/history.parquet")
+COLUMNS = (*KEY_COLUMNS, "machine", "host", "run_id", "git_commit", "git_dirty", "timestamp",
+           "added_at", "speedup", "time_median_s", "ref_time_s")
+# A run added twice replaces its earlier entries instead of doubling them.
+IDENTITY = (*KEY_COLUMNS, "machine", "host", "run_id", "git_commit")
+
+
+def tracked(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+    """The run's tracked ratios: one row per non-reference ok case with a reference row."""
+    joined = speedups(frame, reference)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    if joined.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    # One timestamp per run (its last case), so that a run plots as one point in time.
+    joined["timestamp"] = joined.groupby("run_id")["timestamp"].transform("max")
+    joined["added_at"] = now
+    return joined[list(COLUMNS)].reset_index(drop=True)
+
+
+def read(path: str | Path = DEFAULT_PATH) -> pd.DataFrame:
+    """The history at ``path``; an empty table if there is none yet."""
+    path = Path(path)
+    if not path.exists():
+        return pd.DataFrame(columns=list(COLUMNS))
+    frame = pd.read_parquet(path)
+    missing = [c for c in COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: not a history table (missing column(s) {missing})")
+    return frame
+
+
+def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def add(frame: pd.DataFrame, path: str | Path = DEFAULT_PATH,
+        reference: str = REFERENCE) -> tuple[pd.DataFrame, int]:
+    """Append the run's tracked ratios to the history at ``path`` (written atomically).
+
+    Returns the new history and the number of entries the run contributed.
+    """
+    path = Path(path)
+    new = tracked(frame, reference)
+    old = read(path)
+    merged = new if old.empty else pd.concat([old, new], ignore_index=True)
+    merged = merged.drop_duplicates(list(IDENTITY), keep="last")
+    merged = merged.sort_values(["timestamp", *KEY_COLUMNS], kind="stable")
+    merged = merged.reset_index(drop=True)
+    _write_atomic(merged, path)
+    return merged, len(new)

@@ -1,0 +1,178 @@
+"""Claims: the packaged file, the pairing, the bootstrap interval and the verdict rule."""
+
+import argparse
+import math
+
+import pandas as pd
+import pytest
+from equibench.dashboards.sample import A100, synthetic_results
+
+from equibench import claims, cli_reports, results
+from equibench.claims import (
+    DIFFERENT_HARDWARE,
+    NOT_MEASURED,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Claim,
+)
+
+REFERENCE_IDS = {"se3t-train-speedup", "se3t-train-memory", "se3t-max-batch",
+                 "se3t-time-to-train", "se3t-readme-throughput", "oeq-tp-vs-cue",
+                 "oeq-tp-vs-e3nn", "oeq-mace-inference", "ipu-packing", "transformer-codesign"}
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    return synthetic_results(seed=0)
+
+
+def _claim(**kw) -> Claim:
+    base = dict(id="t", source="test", statement="test", claimed=2.0, hardware="A100",
+                quantity="time", numerator={"level": "tp", "implementation": "cuequivariance"},
+                denominator={"level": "tp", "implementation": "e3nn"})
+    return Claim(**{**base, **kw})
+
+
+def _by_machine(found: list[claims.ClaimResult]) -> dict[str, claims.ClaimResult]:
+    return {r.machine: r for r in found}
+
+
+def test_packaged_claims_cover_the_reference():
+    loaded = claims.load()
+    assert {c.id for c in loaded} == REFERENCE_IDS
+    for c in loaded:
+        assert c.source and c.statement and c.hardware and c.claimed > 0
+        assert c.measurable or c.reason
+    unmeasurable = {c.id for c in loaded if not c.measurable}
+    assert unmeasurable == {"se3t-time-to-train", "transformer-codesign"}
+
+
+def test_packaged_claims_on_sample_results(frame):
+    found = {(r.claim.id, r.machine): r for r in claims.evaluate(claims.load(), frame)}
+    # The sample's openequivariance is 5x cuequivariance and 10x e3nn on the A100.
+    assert found[("oeq-tp-vs-cue", A100)].verdict == REPRODUCED
+    assert found[("oeq-tp-vs-e3nn", A100)].verdict == REPRODUCED
+    # se3t measured on a CPU and an A100; its memory claim was made on a V100.
+    assert found[("se3t-train-memory", "AMD EPYC 7763")].verdict == DIFFERENT_HARDWARE
+    assert found[("se3t-train-memory", A100)].verdict == DIFFERENT_HARDWARE
+    assert found[("se3t-time-to-train", "")].verdict == NOT_MEASURED
+    assert "8 GPUs" in found[("se3t-time-to-train", "")].note
+    assert found[("ipu-packing", "")].note == "no matching ok rows"
+
+
+def test_ratio_orientation_and_interval(frame):
+    found = _by_machine(claims.evaluate_claim(_claim(claimed=2.0), frame))
+    a100 = found[A100]
+    # cuequivariance takes half e3nn's time in the sample: 2x faster.
+    assert a100.measured == pytest.approx(2.0, rel=0.05)
+    assert a100.ci_low <= a100.measured <= a100.ci_high
+    assert a100.ci_high - a100.ci_low < 0.2
+    assert a100.pairs == 16  # 2 workloads x 2 directions x 2 precisions x 2 batches
+    assert a100.verdict == REPRODUCED and a100.hardware_match
+    assert found["AMD EPYC 7763"].verdict == DIFFERENT_HARDWARE
+    assert not found["AMD EPYC 7763"].hardware_match
+    # The same ratio as throughput (bigger is better) and the inverse claim.
+    as_throughput = _by_machine(claims.evaluate_claim(_claim(quantity="throughput"), frame))
+    assert as_throughput[A100].measured == pytest.approx(a100.measured, rel=1e-9)
+    inverse = _claim(numerator=a100.claim.denominator, denominator=a100.claim.numerator)
+    assert _by_machine(claims.evaluate_claim(inverse, frame))[A100].measured == \
+        pytest.approx(1 / a100.measured, rel=1e-9)
+
+
+@pytest.mark.parametrize("machine, expected", [
+    ("NVIDIA A100-SXM4-80GB", True), ("NVIDIA A100 80GB PCIe", True), ("a100", True),
+    ("NVIDIA RTX A1000", False), ("NVIDIA H100 80GB HBM3", False), ("AMD EPYC 7763", False)])
+def test_hardware_match_is_a_token_of_the_gpu_name(machine, expected):
+    assert claims.hardware_matches("A100", machine) is expected
+
+
+def test_verdict_rule_uses_the_lower_bound_and_tolerance(frame):
+    result = _by_machine(claims.evaluate_claim(_claim(), frame))[A100]
+    at_bar = result.ci_low * 1.1  # the largest claim the interval still supports
+    assert _by_machine(claims.evaluate_claim(_claim(claimed=at_bar * 0.999), frame))[
+        A100].verdict == REPRODUCED
+    assert _by_machine(claims.evaluate_claim(_claim(claimed=at_bar * 1.001), frame))[
+        A100].verdict == NOT_REPRODUCED
+    strict = _claim(claimed=result.measured * 1.05, tolerance=1.0)
+    assert _by_machine(claims.evaluate_claim(strict, frame))[A100].verdict == NOT_REPRODUCED
+
+
+def test_no_rows_and_unmeasurable_claims_are_not_measured(frame):
+    absent = _claim(numerator={"implementation": "nonexistent"})
+    (result,) = claims.evaluate_claim(absent, frame)
+    assert result.verdict == NOT_MEASURED and math.isnan(result.measured)
+    off = _claim(measurable=False, reason="needs 8 GPUs")
+    assert claims.evaluate_claim(off, frame)[0].verdict == NOT_MEASURED
+    failed = frame.assign(status="error", reason="boom", time_median_s=math.nan)
+    assert claims.evaluate_claim(_claim(), failed)[0].verdict == NOT_MEASURED
+
+
+def test_aggregate_max_takes_the_best_pair(frame):
+    geo = _by_machine(claims.evaluate_claim(
+        _claim(numerator={"level": "tp", "implementation": "openequivariance"}), frame))[A100]
+    best = _by_machine(claims.evaluate_claim(
+        _claim(numerator={"level": "tp", "implementation": "openequivariance"},
+               aggregate="max"), frame))[A100]
+    assert best.measured >= geo.measured
+    assert best.ci_low <= best.measured <= best.ci_high
+
+
+def test_absolute_claim_with_scale(frame):
+    claim = _claim(quantity="throughput", denominator=None, scale=1e-3, unit="mol/ms",
+                   numerator={"workload": "se3t-qm9", "variant": "optimized", "batch": 240})
+    result = _by_machine(claims.evaluate_claim(claim, frame))[A100]
+    rows = frame[(frame["workload"] == "se3t-qm9") & (frame["variant"] == "optimized")
+                 & (frame["batch"] == 240) & (frame["gpu_name"] == A100)]
+    assert result.measured == pytest.approx(rows["throughput"].iloc[0] * 1e-3, rel=1e-6)
+    assert "mol/ms" in claims.table([result]).loc[0, "claimed"]
+
+
+def test_max_batch_ratio_counts_only_ok_batches():
+    def row(variant, batch, status):
+        ok = status == "ok"
+        return dict(run_id="r", level="model", workload="se3t-qm9", implementation="basis",
+                    variant=variant, direction="train_step", precision="float32",
+                    batch=batch, device="cuda:0", status=status, gpu_name="Tesla V100-32GB",
+                    reason="" if ok else "CUDA out of memory", host="h",
+                    time_median_s=0.1 if ok else math.nan, time_samples=[0.1] if ok else [])
+
+    frame = results.to_frame(
+        [row("baseline", b, "ok" if b <= 100 else "oom") for b in (50, 100, 200)]
+        + [row("low-memory", b, "ok") for b in (100, 500, 1000)])
+    claim = _claim(quantity="max_batch", claimed=10, hardware="V100",
+                   numerator={"variant": "low-memory"}, denominator={"variant": "baseline"})
+    (result,) = claims.evaluate_claim(claim, frame)
+    assert result.measured == pytest.approx(10) and result.verdict == REPRODUCED
+
+
+def test_bad_claims_files_are_named(tmp_path):
+    bad = tmp_path / "claims.yaml"
+    bad.write_text("claims:\n  - {id: a, source: s, statement: s, claimed: 1, hardware: A100,"
+                   " numerator: {level: tp}, colour: red}\n")
+    with pytest.raises(ValueError, match="colour"):
+        claims.load(bad)
+    bad.write_text("claims:\n  - {id: a, source: s, statement: s, claimed: 1, hardware: A100,"
+                   " numerator: {host: x}}\n")
+    with pytest.raises(ValueError, match="host"):
+        claims.load(bad)
+    bad.write_text("claims:\n" + "  - {id: a, source: s, statement: s, claimed: 1, hardware: X,"
+                   " numerator: {level: tp}}\n" * 2)
+    with pytest.raises(ValueError, match="duplicate"):
+        claims.load(bad)
+    with pytest.raises(ValueError, match="reason"):
+        _claim(measurable=False)
+    with pytest.raises(ValueError, match="quantity"):
+        _claim(quantity="speed")
+
+
+def test_claims_cli_prints_the_table(frame, tmp_path, capsys):
+    results.write_atomic(frame, tmp_path / "r.parquet")
+    parser = argparse.ArgumentParser()
+    cli_reports.add_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["claims", str(tmp_path), "--resamples", "200", "--markdown"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| claim | claimed | measured |")
+    for claim_id in REFERENCE_IDS:
+        assert claim_id in out
+    assert "| reproduced |" in out and "| different hardware |" in out
