@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import threading
@@ -56,6 +57,17 @@ def _compiler_id(cxx: str) -> str:
     except (OSError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"C++ compiler {cxx!r} does not run: {exc}") from exc
     return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def _host_id() -> str:
+    """CPU model and feature flags: ``-march=native`` code must not travel to another CPU
+    through a shared cache directory."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.machine() + platform.processor()
 
 
 def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
@@ -204,24 +216,29 @@ def _build(desc: TPDescriptor) -> CpuKernels:
     cxx = os.environ.get("CXX", "c++")
     if shutil.which(cxx) is None:
         raise KernelUnavailable(f"no C++ compiler: {cxx!r} is not on PATH (set $CXX)")
-    source = generate_cpu_source(desc)
+    sources = {sfx: generate_cpu_source(desc, sfx) for sfx in ("f32", "f64")}
     key = hashlib.sha256(
-        "\n".join([source, " ".join(CFLAGS + LDFLAGS), _compiler_id(cxx), torch.__version__]).encode()
+        "\n".join(
+            [*sources.values(), " ".join(CFLAGS + LDFLAGS), _compiler_id(cxx), _host_id()]
+        ).encode()
     ).hexdigest()[:16]
     name = f"eqb_tp_{key}"
     build_dir = cache_root() / desc.hash
     try:
         build_dir.mkdir(parents=True, exist_ok=True)
-        src = build_dir / f"{name}.cpp"
-        if not src.exists() or src.read_text() != source:
-            tmp = src.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, src)  # atomic: a concurrent process never sees half a file
+        paths = []
+        for sfx, source in sources.items():
+            src = build_dir / f"{name}_{sfx}.cpp"
+            if not src.exists() or src.read_text() != source:
+                tmp = src.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(source)
+                os.replace(tmp, src)  # atomic: a concurrent process never sees half a file
+            paths.append(str(src))
         from torch.utils.cpp_extension import load
 
         path = load(
             name=name,
-            sources=[str(src)],
+            sources=paths,
             extra_cflags=CFLAGS,
             extra_ldflags=LDFLAGS,
             build_directory=str(build_dir),
@@ -231,9 +248,11 @@ def _build(desc: TPDescriptor) -> CpuKernels:
         lib = ctypes.CDLL(str(path))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"building CPU kernels in {build_dir} failed: {exc}") from exc
-    lib.eqb_descriptor_hash.restype = ctypes.c_char_p
-    if lib.eqb_descriptor_hash() != desc.hash.encode():
-        raise KernelUnavailable(f"library {path} does not match descriptor {desc.hash}")
+    for sfx in sources:
+        check = getattr(lib, f"eqb_descriptor_hash_{sfx}")
+        check.restype = ctypes.c_char_p
+        if check() != desc.hash.encode():
+            raise KernelUnavailable(f"library {path} does not match descriptor {desc.hash}")
     return CpuKernels(desc, lib, Path(str(path)))
 
 

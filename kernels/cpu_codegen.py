@@ -15,11 +15,12 @@ Design (why it is fast on a CPU):
 * ``uvw`` paths contract with ``M`` per input channel and then mix channels with a
   small outer-product loop vectorized over the output channel ``w``.
 
-Row-level primitives (``row_fwd``, ``row_bwd<GX, GY, GW>``) are composed into the
-exported kernels: TP forward / backward / double backward over a batch, and the fused
-convolution forward / backward / double backward over destination- (resp. source-)
-sorted CSR lists. Exported symbols are ``extern "C"`` with raw pointers, so the
-library needs no PyTorch headers (which cost ~35 s of compile time per kernel).
+Row-level primitives (``row_fwd``, ``row_bwd_x``, ``row_bwd_y``, ``row_bwd_w``) are
+composed into the exported kernels: TP forward / backward / double backward over a
+batch, and the fused convolution forward / backward / double backward over
+destination- (resp. source-) sorted CSR lists. Exported symbols are ``extern "C"`` with
+raw pointers, so the library needs no PyTorch headers (which cost ~35 s of compile
+time per kernel) and is called through ``ctypes``.
 """
 
 from __future__ import annotations
@@ -126,6 +127,11 @@ class _Gen:
         return f"const T w{vp.q} = T(1);"
 
     @staticmethod
+    def _open(vp: _VPath, indent: str) -> str:
+        """Open a vpath's block; unweighted paths are compiled out when WONLY."""
+        return indent + ("{" if vp.path.has_weight else "if constexpr (!WONLY) {")
+
+    @staticmethod
     def _load_x(vps: list[_VPath]) -> list[str]:
         lines, seen = [], set()
         for vp in vps:
@@ -171,26 +177,29 @@ class _Gen:
             self.emit("}")
 
     # ------------------------------------------------------------------ forward
+    def _m_block(self, vps: list[_VPath]) -> None:
+        """Per-row constants ``M`` of ``vps`` (needs ``Y``)."""
+        for vp in vps:
+            self.emit(*("    " + s for s in _m_consts(vp)))
+
     def row_fwd(self) -> None:
         self.emit(
-            "// O[cm out] += TP(X[cm in1], Y[e3nn in2], W[e3nn weights]) for one row",
-            "template <typename T>",
-            "static inline void row_fwd(const T* __restrict X, const T* __restrict Y,",
-            "                           const T* __restrict W, T* __restrict O) {",
+            "// O[cm out] += TP(X[cm in1], Y[e3nn in2], W[e3nn weights]) for one row.",
+            "// WONLY: only paths with weights (W is a cotangent, unweighted paths have none).",
+            "template <typename T, bool WONLY>",
+            "NOINLINE void row_fwd(const T* __restrict X, const T* __restrict Y,",
+            "                      const T* __restrict W, T* __restrict O) {",
             "  (void)X; (void)Y; (void)W; (void)O;",
         )
         for b, vps in self._groups():
             ob = self.d.out[b]
             self.emit("  {")
-            for vp in vps:
-                self.emit(*("    " + s for s in _m_consts(vp)))
+            self._m_block(vps)
             self.emit("#pragma omp simd", f"    for (int64_t u = 0; u < {ob.mul}; ++u) {{")
             self.emit(*("      " + s for s in self._load_x(vps)))
-            self.emit(
-                *[f"      T o{k} = O[{ob.offset + k * ob.mul} + u];" for k in range(ob.dim)]
-            )
+            self.emit(*[f"      T o{k} = O[{ob.offset + k * ob.mul} + u];" for k in range(ob.dim)])
             for vp in vps:
-                self.emit("      {", "        " + self._wv(vp))
+                self.emit(self._open(vp, "      "), "        " + self._wv(vp))
                 pairs = vp.ik_pairs()
                 a = vp.path.i_in1
                 # Scale the smaller side by the weight: fewer multiplies per channel.
@@ -221,12 +230,35 @@ class _Gen:
         self.emit(f"    alignas(64) T {name}[{ob.dim * a.mul}];")
         for k in ks:
             terms = [
-                f"{vp.m_name(i, kk)} * {_x(a.offset, a.mul, i)}" for i, kk in vp.ik_pairs() if kk == k
+                f"{vp.m_name(i, kk)} * {_x(a.offset, a.mul, i)}"
+                for i, kk in vp.ik_pairs()
+                if kk == k
             ]
             self.emit(
                 "#pragma omp simd",
-                f"    for (int64_t u = 0; u < {a.mul}; ++u) {name}[{k * a.mul} + u] = {_sum(terms)};",
+                f"    for (int64_t u = 0; u < {a.mul}; ++u) "
+                f"{name}[{k * a.mul} + u] = {_sum(terms)};",
             )
+        return ks
+
+    def _gt_buffer(self, vp: _VPath) -> list[int]:
+        """Emit ``gt[k][u] = sum_w W[u, v, w] G[k, w]`` (uvw); returns the k used."""
+        a, ob = vp.in1, vp.out
+        ks = sorted({k for _, k in vp.ik_pairs()})
+        self.emit(
+            f"    alignas(64) T gt[{ob.dim * a.mul}];",
+            f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
+            f"      const T* __restrict wr = {self._w_row(vp, 'W')};",
+        )
+        for k in ks:
+            self.emit(
+                f"      T s{k} = T(0);",
+                f"#pragma omp simd reduction(+: s{k})",
+                f"      for (int64_t w = 0; w < {ob.mul}; ++w) "
+                f"s{k} += wr[w] * G[{ob.offset + k * ob.mul} + w];",
+                f"      gt[{k * a.mul} + u] = s{k};",
+            )
+        self.emit("    }")
         return ks
 
     def _w_row(self, vp: _VPath, base: str) -> str:
@@ -251,186 +283,260 @@ class _Gen:
         self.emit("    }", "  }")
 
     # ------------------------------------------------------------------ backward
-    def row_bwd(self) -> None:
+    # One primitive per gradient: a fused one would be instantiated for every subset of
+    # gradients the double backward needs, and compile time grows with code volume.
+    def row_bwd_x(self) -> None:
         self.emit(
-            "// Gradients of sum(G * TP(X, Y, W)) for one row; GX (cm) and GY, GW (e3nn",
-            "// layout) are accumulated. Template flags select which ones are computed.",
-            "template <typename T, bool NGX, bool NGY, bool NGW>",
-            "static inline void row_bwd(const T* __restrict X, const T* __restrict Y,",
-            "                           const T* __restrict W, const T* __restrict G,",
-            "                           T* __restrict GX, T* __restrict GY, T* __restrict GW) {",
-            "  (void)X; (void)Y; (void)W; (void)G; (void)GX; (void)GY; (void)GW;",
+            "// GX[cm in1] += d/dX sum(G * TP(X, Y, W)) for one row (G channel-major).",
+            "template <typename T, bool WONLY>",
+            "NOINLINE void row_bwd_x(const T* __restrict Y, const T* __restrict W,",
+            "                        const T* __restrict G, T* __restrict GX) {",
+            "  (void)Y; (void)W; (void)G; (void)GX;",
         )
         for b, vps in self._groups():
-            self._uvu_bwd_group(b, vps)
+            ob = self.d.out[b]
+            self.emit("  {")
+            self._m_block(vps)
+            self.emit("#pragma omp simd", f"    for (int64_t u = 0; u < {ob.mul}; ++u) {{")
+            self.emit(
+                *[f"      const T g{k} = G[{ob.offset + k * ob.mul} + u];" for k in range(ob.dim)]
+            )
+            for a in sorted({vp.path.i_in1 for vp in vps}):
+                blk = self.d.in1[a]
+                for i in range(blk.dim):
+                    for weighted in (True, False):
+                        terms = []
+                        for vp in vps:
+                            if vp.path.i_in1 != a or vp.path.has_weight != weighted:
+                                continue
+                            inner = [
+                                f"{vp.m_name(ii, k)} * g{k}" for ii, k in vp.ik_pairs() if ii == i
+                            ]
+                            if inner:
+                                w = f"W[{vp.weight_index('u')}] * " if weighted else ""
+                                terms.append(f"{w}({_sum(inner)})")
+                        if terms:
+                            guard = "" if weighted else "if constexpr (!WONLY) "
+                            self.emit(
+                                f"      {guard}GX[{blk.offset + i * blk.mul} + u] += {_sum(terms)};"
+                            )
+            self.emit("    }", "  }")
         for vp in self._uvw():
-            self._uvw_bwd(vp)
+            a = vp.in1
+            self.emit("  {", *("    " + s for s in _m_consts(vp)))
+            self._gt_buffer(vp)
+            for i in sorted({i for i, _ in vp.ik_pairs()}):
+                terms = [
+                    f"{vp.m_name(i, k)} * gt[{k * a.mul} + u]" for ii, k in vp.ik_pairs() if ii == i
+                ]
+                self.emit(
+                    "#pragma omp simd",
+                    f"    for (int64_t u = 0; u < {a.mul}; ++u) "
+                    f"GX[{a.offset + i * a.mul} + u] += {_sum(terms)};",
+                )
+            self.emit("  }")
         self.emit("}")
 
-    def _uvu_bwd_group(self, b: int, vps: list[_VPath]) -> None:
-        ob = self.d.out[b]
-        self.emit("  {")
-        for vp in vps:
-            self.emit(*("    " + s for s in _m_consts(vp)))
-        # gy accumulators keyed by the y entry they feed, shared by paths of the group.
-        gy_keys = sorted({vp.y_base + j for vp in vps for _, j, _, _ in vp.path.cg})
-        for key in gy_keys:
-            self.emit(f"    T gy{key} = T(0);")
-        red = f" reduction(+: {', '.join(f'gy{k}' for k in gy_keys)})" if gy_keys else ""
-        self.emit(f"#pragma omp simd{red}", f"    for (int64_t u = 0; u < {ob.mul}; ++u) {{")
-        self.emit(*("      " + s for s in self._load_x(vps)))
-        self.emit(*[f"      const T g{k} = G[{ob.offset + k * ob.mul} + u];" for k in range(ob.dim)])
-        used_a = sorted({vp.path.i_in1 for vp in vps})
-        self.emit("      if constexpr (NGX) {")
-        for a in used_a:
-            blk = self.d.in1[a]
-            for i in range(blk.dim):
-                terms = []
-                for vp in vps:
-                    if vp.path.i_in1 != a:
-                        continue
-                    inner = [f"{vp.m_name(ii, k)} * g{k}" for ii, k in vp.ik_pairs() if ii == i]
-                    if inner:
-                        w = f"W[{vp.weight_index('u')}]" if vp.path.has_weight else "T(1)"
-                        terms.append(f"{w} * ({_sum(inner)})")
-                if terms:
-                    self.emit(f"        GX[{blk.offset + i * blk.mul} + u] += {_sum(terms)};")
-        self.emit("      }", "      if constexpr (NGW) {")
-        for vp in vps:
-            if not vp.path.has_weight:
-                continue
-            a = vp.path.i_in1
-            ks = sorted({k for _, k in vp.ik_pairs()})
-            terms = []
-            for k in ks:
-                inner = [f"{vp.m_name(i, kk)} * x{a}_{i}" for i, kk in vp.ik_pairs() if kk == k]
-                terms.append(f"g{k} * ({_sum(inner)})")
-            self.emit(f"        GW[{vp.weight_index('u')}] += {_sum(terms)};")
-        self.emit("      }", "      if constexpr (NGY) {")
-        for vp in vps:
-            a = vp.path.i_in1
-            self.emit("        {", "          " + self._wv(vp))
-            # gy[j] += w * sum_{i,k} alpha C[i,j,k] x[i] g[k]
-            for j in sorted({j for _, j, _, _ in vp.path.cg}):
+    def row_bwd_y(self) -> None:
+        self.emit(
+            "// GY[e3nn in2] += d/dY sum(G * TP(X, Y, W)) for one row (needs no Y: linear).",
+            "template <typename T, bool WONLY>",
+            "NOINLINE void row_bwd_y(const T* __restrict X, const T* __restrict W,",
+            "                        const T* __restrict G, T* __restrict GY) {",
+            "  (void)X; (void)W; (void)G; (void)GY;",
+        )
+        for b, vps in self._groups():
+            ob = self.d.out[b]
+            # accumulators keyed by the y entry they feed, shared by the group's paths
+            keys = sorted({vp.y_base + j for vp in vps for _, j, _, _ in vp.path.cg})
+            self.emit("  {", *[f"    T gy{key} = T(0);" for key in keys])
+            self.emit(
+                f"#pragma omp simd reduction(+: {', '.join(f'gy{k}' for k in keys)})",
+                f"    for (int64_t u = 0; u < {ob.mul}; ++u) {{",
+            )
+            self.emit(*("      " + s for s in self._load_x(vps)))
+            self.emit(
+                *[f"      const T g{k} = G[{ob.offset + k * ob.mul} + u];" for k in range(ob.dim)]
+            )
+            for vp in vps:
+                a = vp.path.i_in1
+                self.emit(self._open(vp, "      "), "        " + self._wv(vp))
+                # gy[j] += w * sum_{i,k} alpha C[i,j,k] x[i] g[k]
+                for j in sorted({j for _, j, _, _ in vp.path.cg}):
+                    terms = [
+                        f"{_lit(vp.path.alpha * c)} * x{a}_{i} * g{k}"
+                        for i, jj, k, c in vp.path.cg
+                        if jj == j
+                    ]
+                    self.emit(f"        gy{vp.y_base + j} += w{vp.q} * ({_sum(terms)});")
+                self.emit("      }")
+            self.emit("    }", *[f"    GY[{key}] += gy{key};" for key in keys], "  }")
+        for vp in self._uvw():
+            a = vp.in1
+            js = sorted({j for _, j, _, _ in vp.path.cg})
+            self.emit("  {")
+            self._gt_buffer(vp)
+            self.emit(
+                *[f"    T gy{j} = T(0);" for j in js],
+                f"#pragma omp simd reduction(+: {', '.join(f'gy{j}' for j in js)})",
+                f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
+            )
+            for j in js:
                 terms = [
-                    f"{_lit(vp.path.alpha * c)} * x{a}_{i} * g{k}"
+                    f"{_lit(vp.path.alpha * c)} * {_x(a.offset, a.mul, i)} * gt[{k * a.mul} + u]"
                     for i, jj, k, c in vp.path.cg
                     if jj == j
                 ]
-                self.emit(f"          gy{vp.y_base + j} += w{vp.q} * ({_sum(terms)});")
-            self.emit("        }")
-        self.emit("      }", "    }")
-        self.emit("    if constexpr (NGY) {")
-        for key in gy_keys:
-            self.emit(f"      GY[{key}] += gy{key};")
-        self.emit("    }", "  }")
+                self.emit(f"      gy{j} += {_sum(terms)};")
+            self.emit("    }", *[f"    GY[{vp.y_base + j}] += gy{j};" for j in js], "  }")
+        self.emit("}")
 
-    def _uvw_bwd(self, vp: _VPath) -> None:
-        a, ob = vp.in1, vp.out
-        ks = sorted({k for _, k in vp.ik_pairs()})
-        self.emit("  {", *("    " + s for s in _m_consts(vp)))
-        # gt[k][u] = sum_w W[u, v, w] G[k, w]
+    def row_bwd_w(self) -> None:
         self.emit(
-            f"    alignas(64) T gt[{ob.dim * a.mul}];",
-            f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
-            f"      const T* __restrict wr = {self._w_row(vp, 'W')};",
+            "// GW[e3nn weights] += d/dW sum(G * TP(X, Y, W)) for one row (needs no W).",
+            "template <typename T>",
+            "NOINLINE void row_bwd_w(const T* __restrict X, const T* __restrict Y,",
+            "                        const T* __restrict G, T* __restrict GW) {",
+            "  (void)X; (void)Y; (void)G; (void)GW;",
         )
-        for k in ks:
+        for b, vps in self._groups():
+            vps = [vp for vp in vps if vp.path.has_weight]
+            if not vps:
+                continue
+            ob = self.d.out[b]
+            self.emit("  {")
+            self._m_block(vps)
+            self.emit("#pragma omp simd", f"    for (int64_t u = 0; u < {ob.mul}; ++u) {{")
+            self.emit(*("      " + s for s in self._load_x(vps)))
             self.emit(
-                f"      T s{k} = T(0);",
-                f"#pragma omp simd reduction(+: s{k})",
-                f"      for (int64_t w = 0; w < {ob.mul}; ++w) "
-                f"s{k} += wr[w] * G[{ob.offset + k * ob.mul} + w];",
-                f"      gt[{k * a.mul} + u] = s{k};",
+                *[f"      const T g{k} = G[{ob.offset + k * ob.mul} + u];" for k in range(ob.dim)]
             )
-        self.emit("    }", "    if constexpr (NGW) {")
-        self._t_buffer(vp, "t")
-        self.emit(
-            f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
-            f"      T* __restrict gwr = {self._w_row(vp, 'GW')};",
-            *[f"      const T t{k} = t[{k * a.mul} + u];" for k in ks],
-            "#pragma omp simd",
-            f"      for (int64_t w = 0; w < {ob.mul}; ++w) gwr[w] += "
-            + _sum(f"t{k} * G[{ob.offset + k * ob.mul} + w]" for k in ks)
-            + ";",
-            "    }",
-            "    }",
-            "    if constexpr (NGX) {",
-        )
-        for i in sorted({i for i, _ in vp.ik_pairs()}):
-            terms = [f"{vp.m_name(i, k)} * gt[{k * a.mul} + u]" for ii, k in vp.ik_pairs() if ii == i]
+            for vp in vps:
+                a = vp.path.i_in1
+                terms = []
+                for k in sorted({k for _, k in vp.ik_pairs()}):
+                    inner = [f"{vp.m_name(i, kk)} * x{a}_{i}" for i, kk in vp.ik_pairs() if kk == k]
+                    terms.append(f"g{k} * ({_sum(inner)})")
+                self.emit(f"      GW[{vp.weight_index('u')}] += {_sum(terms)};")
+            self.emit("    }", "  }")
+        for vp in self._uvw():
+            a, ob = vp.in1, vp.out
+            self.emit("  {", *("    " + s for s in _m_consts(vp)))
+            ks = self._t_buffer(vp, "t")
             self.emit(
+                f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
+                f"      T* __restrict gwr = {self._w_row(vp, 'GW')};",
+                *[f"      const T t{k} = t[{k * a.mul} + u];" for k in ks],
                 "#pragma omp simd",
-                f"    for (int64_t u = 0; u < {a.mul}; ++u) "
-                f"GX[{a.offset + i * a.mul} + u] += {_sum(terms)};",
+                f"      for (int64_t w = 0; w < {ob.mul}; ++w) gwr[w] += "
+                + _sum(f"t{k} * G[{ob.offset + k * ob.mul} + w]" for k in ks)
+                + ";",
+                "    }",
+                "  }",
             )
-        js = sorted({j for _, j, _, _ in vp.path.cg})
-        self.emit("    }", "    if constexpr (NGY) {")
-        self.emit(*[f"    T gy{j} = T(0);" for j in js])
-        self.emit(
-            f"#pragma omp simd reduction(+: {', '.join(f'gy{j}' for j in js)})",
-            f"    for (int64_t u = 0; u < {a.mul}; ++u) {{",
-        )
-        for j in js:
-            terms = [
-                f"{_lit(vp.path.alpha * c)} * {_x(a.offset, a.mul, i)} * gt[{k * a.mul} + u]"
-                for i, jj, k, c in vp.path.cg
-                if jj == j
-            ]
-            self.emit(f"      gy{j} += {_sum(terms)};")
-        self.emit("    }", *[f"    GY[{vp.y_base + j}] += gy{j};" for j in js], "    }", "  }")
+        self.emit("}")
 
     # ------------------------------------------------------------------ kernels
     def kernels(self) -> None:
         d = self.d
+        unweighted = any(not p.has_weight for p in d.paths)
         self.emit(
             f"constexpr int64_t IN1 = {d.in1_dim}, IN2 = {d.in2_dim}, OUT = {d.out_dim};",
             f"constexpr int64_t WN = {d.weight_numel};",
             f"constexpr int64_t IN1B = {max(d.in1_dim, 1)}, OUTB = {max(d.out_dim, 1)};",
+            "// WONLY only matters with unweighted paths; otherwise one instantiation serves.",
+            f"constexpr bool WO = {'true' if unweighted else 'false'};",
         )
         self.emit(_KERNELS)
 
-    def exports(self) -> None:
-        for sfx, t in SCALARS.items():
-            self.emit(_EXPORTS.replace("SFX", sfx).replace("SCALAR", t))
-
-    def source(self) -> str:
+    def source(self, sfx: str) -> str:
         self.emit(
             f"// Generated by equibench.kernels.cpu_codegen for {self.d}",
-            f"// descriptor hash {self.d.hash}",
+            f"// descriptor hash {self.d.hash}; scalar type {SCALARS[sfx]}",
             "#include <cstdint>",
             "#include <cstring>",
             "#include <vector>",
             "namespace {",
+            "// Row primitives are called from many drivers; inlining each copy would multiply",
+            "// compile time while a call per row costs nothing next to the row's work.",
+            "#define NOINLINE __attribute__((noinline)) static",
         )
         self.transposes()
         self.row_fwd()
-        self.row_bwd()
+        self.row_bwd_x()
+        self.row_bwd_y()
+        self.row_bwd_w()
         self.kernels()
         self.emit("}  // namespace", 'extern "C" {')
-        self.emit(f'const char* eqb_descriptor_hash() {{ return "{self.d.hash}"; }}')
-        self.exports()
+        self.emit(f'const char* eqb_descriptor_hash_{sfx}() {{ return "{self.d.hash}"; }}')
+        self.emit(_EXPORTS.replace("SFX", sfx).replace("SCALAR", SCALARS[sfx]))
         self.emit('}  // extern "C"')
         return "\n".join(self.lines) + "\n"
 
 
 # Batch / graph drivers around the row primitives. Per-thread scratch rows live on the
-# stack (a few KB, L1/L2 resident); outputs are written exactly once per row / node, so
-# results do not depend on the number of threads.
+# stack (a few KB, L1/L2 resident); every output row is written by one thread in a fixed
+# order, so results do not depend on the number of threads.
 _KERNELS = r"""
+// Below this many rows / edges a parallel region costs more than it saves (and on a
+// busy machine its barrier can wait a whole scheduler time slice). Loops are scheduled
+// dynamically for the same reason: a descheduled thread would stall a static share.
+constexpr int64_t MIN_PAR = 64;
+
 template <typename T> static inline void zero(T* p, int64_t n) { std::memset(p, 0, n * sizeof(T)); }
+
+// All three gradients of one row. xc, gc channel-major; gxc accumulates (channel-major),
+// gy and gw accumulate in e3nn layout.
+template <typename T>
+static inline void row_bwd(const T* xc, const T* y, const T* w, const T* gc,
+                           T* gxc, T* gy, T* gw) {
+  row_bwd_x<T, false>(y, w, gc, gxc);
+  row_bwd_y<T, false>(xc, w, gc, gy);
+  row_bwd_w<T>(xc, y, gc, gw);
+}
+
+// Double backward of one row, cotangents (ggx, ggy, ggw) of (gx, gy, gw); any may be null.
+// The product is trilinear in (x, y, w) on weighted paths and bilinear in (x, y) on the
+// others, so with T? the backward products and "|w" the weighted paths only:
+// dg = TP(ggx,y,w) + TP(x,ggy,w) + TP|w(x,y,ggw); dx = Tx*(g; ggy,w) + Tx*|w(g; y,ggw);
+// dy = Ty*(g; ggx,w) + Ty*|w(g; x,ggw); dw = Tw*(g; ggx,y) + Tw*(g; x,ggy).
+template <typename T>
+static inline void row_dbwd_dg(const T* xc, const T* ggxc, const T* y, const T* ggy,
+                               const T* w, const T* ggw, T* dgc) {
+  if (ggxc) row_fwd<T, false>(ggxc, y, w, dgc);
+  if (ggy) row_fwd<T, false>(xc, ggy, w, dgc);
+  if (ggw) row_fwd<T, WO>(xc, y, ggw, dgc);
+}
+
+template <typename T>
+static inline void row_dbwd_rest(const T* xc, const T* ggxc, const T* y, const T* ggy,
+                                 const T* w, const T* ggw, const T* gc,
+                                 T* dxc, T* dy, T* dw) {
+  if (ggy) {
+    row_bwd_x<T, false>(ggy, w, gc, dxc);
+    row_bwd_w<T>(xc, ggy, gc, dw);
+  }
+  if (ggw) {
+    row_bwd_x<T, WO>(y, ggw, gc, dxc);
+    row_bwd_y<T, WO>(xc, ggw, gc, dy);
+  }
+  if (ggxc) {
+    row_bwd_y<T, false>(ggxc, w, gc, dy);
+    row_bwd_w<T>(ggxc, y, gc, dw);
+  }
+}
 
 template <typename T>
 static void tp_fwd(int64_t B, const T* x, const T* y, const T* w, T* out, int nt) {
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (B >= MIN_PAR)
   {
     alignas(64) T xc[IN1B];
     alignas(64) T oc[OUTB];
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 32)
     for (int64_t z = 0; z < B; ++z) {
       to_cm_in1(x + z * IN1, xc);
       zero(oc, OUT);
-      row_fwd<T>(xc, y + z * IN2, w + z * WN, oc);
+      row_fwd<T, false>(xc, y + z * IN2, w + z * WN, oc);
       from_cm_out(oc, out + z * OUT);
     }
   }
@@ -439,70 +545,50 @@ static void tp_fwd(int64_t B, const T* x, const T* y, const T* w, T* out, int nt
 template <typename T>
 static void tp_bwd(int64_t B, const T* g, const T* x, const T* y, const T* w,
                    T* gx, T* gy, T* gw, int nt) {
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (B >= MIN_PAR)
   {
     alignas(64) T xc[IN1B];
     alignas(64) T gc[OUTB];
     alignas(64) T gxc[IN1B];
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 32)
     for (int64_t z = 0; z < B; ++z) {
       to_cm_in1(x + z * IN1, xc);
       to_cm_out(g + z * OUT, gc);
       zero(gxc, IN1);
       zero(gy + z * IN2, IN2);
       zero(gw + z * WN, WN);
-      row_bwd<T, true, true, true>(xc, y + z * IN2, w + z * WN, gc, gxc, gy + z * IN2, gw + z * WN);
+      row_bwd<T>(xc, y + z * IN2, w + z * WN, gc, gxc, gy + z * IN2, gw + z * WN);
       from_cm_in1(gxc, gx + z * IN1);
     }
   }
-}
-
-// Double backward of one row: cotangents (ggx, ggy, ggw) of (gx, gy, gw), any may be null.
-// dg = TP(ggx,y,w) + TP(x,ggy,w) + TP(x,y,ggw); dx = Tx*(g; ggy,w) + Tx*(g; y,ggw);
-// dy = Ty*(g; ggx,w) + Ty*(g; x,ggw); dw = Tw*(g; ggx,y) + Tw*(g; x,ggy).
-template <typename T>
-static inline void row_dbwd_fwd(const T* xc, const T* ggxc, const T* y, const T* ggy,
-                                const T* w, const T* ggw, T* dgc) {
-  if (ggxc) row_fwd<T>(ggxc, y, w, dgc);
-  if (ggy) row_fwd<T>(xc, ggy, w, dgc);
-  if (ggw) row_fwd<T>(xc, y, ggw, dgc);
-}
-
-template <typename T>
-static inline void row_dbwd_bwd(const T* xc, const T* ggxc, const T* y, const T* ggy,
-                                const T* w, const T* ggw, const T* gc,
-                                T* dxc, T* dy, T* dw) {
-  if (ggy) row_bwd<T, true, false, true>(xc, ggy, w, gc, dxc, dy, dw);
-  if (ggw) row_bwd<T, true, true, false>(xc, y, ggw, gc, dxc, dy, dw);
-  if (ggxc) row_bwd<T, false, true, true>(ggxc, y, w, gc, dxc, dy, dw);
 }
 
 template <typename T>
 static void tp_dbwd(int64_t B, const T* g, const T* x, const T* y, const T* w,
                     const T* ggx, const T* ggy, const T* ggw,
                     T* dg, T* dx, T* dy, T* dw, int nt) {
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (B >= MIN_PAR)
   {
     alignas(64) T xc[IN1B];
     alignas(64) T ggxc[IN1B];
     alignas(64) T gc[OUTB];
     alignas(64) T dgc[OUTB];
     alignas(64) T dxc[IN1B];
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 32)
     for (int64_t z = 0; z < B; ++z) {
       to_cm_in1(x + z * IN1, xc);
       if (ggx) to_cm_in1(ggx + z * IN1, ggxc);
       to_cm_out(g + z * OUT, gc);
-      const T* gx_row = ggx ? ggxc : nullptr;
-      const T* gy_row = ggy ? ggy + z * IN2 : nullptr;
-      const T* gw_row = ggw ? ggw + z * WN : nullptr;
+      const T* ggx_row = ggx ? ggxc : nullptr;
+      const T* ggy_row = ggy ? ggy + z * IN2 : nullptr;
+      const T* ggw_row = ggw ? ggw + z * WN : nullptr;
       zero(dgc, OUT);
       zero(dxc, IN1);
       zero(dy + z * IN2, IN2);
       zero(dw + z * WN, WN);
-      row_dbwd_fwd<T>(xc, gx_row, y + z * IN2, gy_row, w + z * WN, gw_row, dgc);
-      row_dbwd_bwd<T>(xc, gx_row, y + z * IN2, gy_row, w + z * WN, gw_row, gc,
-                      dxc, dy + z * IN2, dw + z * WN);
+      row_dbwd_dg<T>(xc, ggx_row, y + z * IN2, ggy_row, w + z * WN, ggw_row, dgc);
+      row_dbwd_rest<T>(xc, ggx_row, y + z * IN2, ggy_row, w + z * WN, ggw_row, gc,
+                       dxc, dy + z * IN2, dw + z * WN);
       from_cm_out(dgc, dg + z * OUT);
       from_cm_in1(dxc, dx + z * IN1);
     }
@@ -513,18 +599,19 @@ static void tp_dbwd(int64_t B, const T* g, const T* x, const T* y, const T* w,
 template <typename T, int64_t D, void (*F)(const T*, T*)>
 static std::vector<T> to_cm_all(const T* s, int64_t n, int nt) {
   std::vector<T> d(static_cast<size_t>(n * D));
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(nt) schedule(static) if (n >= MIN_PAR)
   for (int64_t r = 0; r < n; ++r) F(s + r * D, d.data() + r * D);
   return d;
 }
 
-// out[n] = sum over edges e with dst(e) = n (CSR order) of TP(x[src(e)], y[e], w[e]).
+// out[n] = sum over edges e with dst(e) = n (CSR order) of TP(x[src(e)], y[e], w[e]); the
+// node's sum stays in a channel-major scratch row, no per-edge message is stored.
 template <typename T>
 static void conv_fwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
                      const int64_t* dst_perm, const int64_t* edge_src,
                      const T* x, const T* y, const T* w, T* out, int nt) {
   const std::vector<T> xcm = to_cm_all<T, IN1, to_cm_in1<T>>(x, n_src, nt);
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (dst_ptr[n_dst] >= MIN_PAR)
   {
     alignas(64) T oc[OUTB];
 #pragma omp for schedule(dynamic, 16)
@@ -532,7 +619,7 @@ static void conv_fwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
       zero(oc, OUT);
       for (int64_t p = dst_ptr[n]; p < dst_ptr[n + 1]; ++p) {
         const int64_t e = dst_perm[p];
-        row_fwd<T>(xcm.data() + edge_src[e] * IN1, y + e * IN2, w + e * WN, oc);
+        row_fwd<T, false>(xcm.data() + edge_src[e] * IN1, y + e * IN2, w + e * WN, oc);
       }
       from_cm_out(oc, out + n * OUT);
     }
@@ -546,7 +633,7 @@ static void conv_bwd(int64_t n_dst, int64_t n_src, const int64_t* src_ptr,
                      const T* g, const T* x, const T* y, const T* w,
                      T* gx, T* gy, T* gw, int nt) {
   const std::vector<T> gcm = to_cm_all<T, OUT, to_cm_out<T>>(g, n_dst, nt);
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (src_ptr[n_src] >= MIN_PAR)
   {
     alignas(64) T xc[IN1B];
     alignas(64) T gxc[IN1B];
@@ -558,8 +645,8 @@ static void conv_bwd(int64_t n_dst, int64_t n_src, const int64_t* src_ptr,
         const int64_t e = src_perm[p];
         zero(gy + e * IN2, IN2);
         zero(gw + e * WN, WN);
-        row_bwd<T, true, true, true>(xc, y + e * IN2, w + e * WN, gcm.data() + edge_dst[e] * OUT,
-                                     gxc, gy + e * IN2, gw + e * WN);
+        row_bwd<T>(xc, y + e * IN2, w + e * WN, gcm.data() + edge_dst[e] * OUT,
+                   gxc, gy + e * IN2, gw + e * WN);
       }
       from_cm_in1(gxc, gx + s * IN1);
     }
@@ -577,7 +664,7 @@ static void conv_dbwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
   const std::vector<T> ggxcm = ggx ? to_cm_all<T, IN1, to_cm_in1<T>>(ggx, n_src, nt)
                                    : std::vector<T>();
   const std::vector<T> gcm = to_cm_all<T, OUT, to_cm_out<T>>(g, n_dst, nt);
-#pragma omp parallel num_threads(nt)
+#pragma omp parallel num_threads(nt) if (src_ptr[n_src] >= MIN_PAR)
   {
     alignas(64) T dgc[OUTB];
     alignas(64) T dxc[IN1B];
@@ -586,9 +673,9 @@ static void conv_dbwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
       zero(dgc, OUT);
       for (int64_t p = dst_ptr[n]; p < dst_ptr[n + 1]; ++p) {
         const int64_t e = dst_perm[p], s = edge_src[e];
-        row_dbwd_fwd<T>(xcm.data() + s * IN1, ggx ? ggxcm.data() + s * IN1 : nullptr,
-                        y + e * IN2, ggy ? ggy + e * IN2 : nullptr,
-                        w + e * WN, ggw ? ggw + e * WN : nullptr, dgc);
+        row_dbwd_dg<T>(xcm.data() + s * IN1, ggx ? ggxcm.data() + s * IN1 : nullptr,
+                       y + e * IN2, ggy ? ggy + e * IN2 : nullptr,
+                       w + e * WN, ggw ? ggw + e * WN : nullptr, dgc);
       }
       from_cm_out(dgc, dg + n * OUT);
     }
@@ -599,10 +686,10 @@ static void conv_dbwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
         const int64_t e = src_perm[p];
         zero(dy + e * IN2, IN2);
         zero(dw + e * WN, WN);
-        row_dbwd_bwd<T>(xcm.data() + s * IN1, ggx ? ggxcm.data() + s * IN1 : nullptr,
-                        y + e * IN2, ggy ? ggy + e * IN2 : nullptr,
-                        w + e * WN, ggw ? ggw + e * WN : nullptr,
-                        gcm.data() + edge_dst[e] * OUT, dxc, dy + e * IN2, dw + e * WN);
+        row_dbwd_rest<T>(xcm.data() + s * IN1, ggx ? ggxcm.data() + s * IN1 : nullptr,
+                         y + e * IN2, ggy ? ggy + e * IN2 : nullptr,
+                         w + e * WN, ggw ? ggw + e * WN : nullptr,
+                         gcm.data() + edge_dst[e] * OUT, dxc, dy + e * IN2, dw + e * WN);
       }
       from_cm_in1(dxc, dx + s * IN1);
     }
@@ -611,7 +698,8 @@ static void conv_dbwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
 """
 
 _EXPORTS = r"""
-void tp_fwd_SFX(int64_t B, const SCALAR* x, const SCALAR* y, const SCALAR* w, SCALAR* out, int nt) {
+void tp_fwd_SFX(int64_t B, const SCALAR* x, const SCALAR* y, const SCALAR* w, SCALAR* out,
+                int nt) {
   tp_fwd(B, x, y, w, out, nt);
 }
 void tp_bwd_SFX(int64_t B, const SCALAR* g, const SCALAR* x, const SCALAR* y, const SCALAR* w,
@@ -624,18 +712,19 @@ void tp_dbwd_SFX(int64_t B, const SCALAR* g, const SCALAR* x, const SCALAR* y, c
   tp_dbwd(B, g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw, nt);
 }
 void conv_fwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr, const int64_t* dst_perm,
-                  const int64_t* edge_src, const SCALAR* x, const SCALAR* y, const SCALAR* w, SCALAR* out, int nt) {
+                  const int64_t* edge_src, const SCALAR* x, const SCALAR* y, const SCALAR* w,
+                  SCALAR* out, int nt) {
   conv_fwd(n_dst, n_src, dst_ptr, dst_perm, edge_src, x, y, w, out, nt);
 }
 void conv_bwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* src_ptr, const int64_t* src_perm,
-                  const int64_t* edge_dst, const SCALAR* g, const SCALAR* x, const SCALAR* y, const SCALAR* w,
-                  SCALAR* gx, SCALAR* gy, SCALAR* gw, int nt) {
+                  const int64_t* edge_dst, const SCALAR* g, const SCALAR* x, const SCALAR* y,
+                  const SCALAR* w, SCALAR* gx, SCALAR* gy, SCALAR* gw, int nt) {
   conv_bwd(n_dst, n_src, src_ptr, src_perm, edge_dst, g, x, y, w, gx, gy, gw, nt);
 }
 void conv_dbwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr, const int64_t* dst_perm,
                    const int64_t* edge_src, const int64_t* src_ptr, const int64_t* src_perm,
-                   const int64_t* edge_dst, const SCALAR* g, const SCALAR* x, const SCALAR* y, const SCALAR* w,
-                   const SCALAR* ggx, const SCALAR* ggy, const SCALAR* ggw,
+                   const int64_t* edge_dst, const SCALAR* g, const SCALAR* x, const SCALAR* y,
+                   const SCALAR* w, const SCALAR* ggx, const SCALAR* ggy, const SCALAR* ggw,
                    SCALAR* dg, SCALAR* dx, SCALAR* dy, SCALAR* dw, int nt) {
   conv_dbwd(n_dst, n_src, dst_ptr, dst_perm, edge_src, src_ptr, src_perm, edge_dst,
             g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw, nt);
@@ -643,6 +732,7 @@ void conv_dbwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr, const i
 """
 
 
-def generate_cpu_source(desc: TPDescriptor) -> str:
-    """The complete C++ translation unit for ``desc`` (both float32 and float64)."""
-    return _Gen(desc).source()
+def generate_cpu_source(desc: TPDescriptor, sfx: str) -> str:
+    """The C++ translation unit of ``desc`` for one scalar type (``f32`` or ``f64``); the
+    two are separate files so they compile in parallel."""
+    return _Gen(desc).source(sfx)

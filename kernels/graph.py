@@ -53,8 +53,9 @@ class ConvPlan:
 
         Indices are checked here, once per graph, because the kernels do not check them.
         """
-        src = edge_src.to(torch.int64).contiguous()
-        dst = edge_dst.to(torch.int64).contiguous()
+        # copies: a cached plan must not change when the caller edits its edge lists
+        src = edge_src.to(torch.int64, copy=True).contiguous()
+        dst = edge_dst.to(torch.int64, copy=True).contiguous()
         if src.shape != dst.shape or src.dim() != 1:
             raise ValueError("edge_src and edge_dst must be 1-d and of equal length")
         if src.numel() > 0:

@@ -13,7 +13,7 @@ the output shapes) and differentiable twice:
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -26,15 +26,28 @@ _DESCRIPTORS: dict[str, TPDescriptor] = {}
 BACKENDS = ("cpu", "triton")
 
 
+OptTensor = Tensor | None
+Grads3 = tuple[Tensor, Tensor, Tensor]
+Grads4 = tuple[Tensor, Tensor, Tensor, Tensor]
+
+
 class Kernels(Protocol):
     """What a backend provides (see :class:`.cpu_build.CpuKernels` for the semantics)."""
 
     def tp_forward(self, x: Tensor, y: Tensor, w: Tensor) -> Tensor: ...
-    def tp_backward(self, g: Tensor, x: Tensor, y: Tensor, w: Tensor) -> tuple: ...
-    def tp_double_backward(self, g, x, y, w, ggx, ggy, ggw) -> tuple: ...  # noqa: ANN001
+    def tp_backward(self, g: Tensor, x: Tensor, y: Tensor, w: Tensor) -> Grads3: ...
+    def tp_double_backward(
+        self, g: Tensor, x: Tensor, y: Tensor, w: Tensor,
+        ggx: OptTensor, ggy: OptTensor, ggw: OptTensor,
+    ) -> Grads4: ...  # fmt: skip
     def conv_forward(self, x: Tensor, y: Tensor, w: Tensor, plan: ConvPlan) -> Tensor: ...
-    def conv_backward(self, g, x, y, w, plan: ConvPlan) -> tuple: ...  # noqa: ANN001
-    def conv_double_backward(self, g, x, y, w, ggx, ggy, ggw, plan) -> tuple: ...  # noqa: ANN001
+    def conv_backward(
+        self, g: Tensor, x: Tensor, y: Tensor, w: Tensor, plan: ConvPlan
+    ) -> Grads3: ...
+    def conv_double_backward(
+        self, g: Tensor, x: Tensor, y: Tensor, w: Tensor,
+        ggx: OptTensor, ggy: OptTensor, ggw: OptTensor, plan: ConvPlan,
+    ) -> Grads4: ...  # fmt: skip
 
 
 def register_descriptor(desc: TPDescriptor) -> str:
@@ -64,11 +77,13 @@ def kernels(key: str, backend: str) -> Kernels:
     raise KernelUnavailable(f"unknown backend {backend!r}; choose one of {BACKENDS}")
 
 
-def _c(t: Tensor | None) -> Tensor | None:
+def _c(t: OptTensor) -> OptTensor:
     return None if t is None else t.contiguous()
 
 
-def _plan(src: Tensor, dst: Tensor, dptr: Tensor, dperm: Tensor, sptr: Tensor, sperm: Tensor):
+def _plan(
+    src: Tensor, dst: Tensor, dptr: Tensor, dperm: Tensor, sptr: Tensor, sperm: Tensor
+) -> ConvPlan:
     return ConvPlan(src, dst, dptr, dperm, sptr, sperm)
 
 
@@ -93,7 +108,7 @@ def tp_bwd(
 
 
 @tp_bwd.register_fake
-def _(g: Tensor, x: Tensor, y: Tensor, w: Tensor, key: str, backend: str):
+def _(g: Tensor, x: Tensor, y: Tensor, w: Tensor, key: str, backend: str) -> Grads3:
     return torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
 
 
@@ -114,27 +129,30 @@ def tp_dbwd(
 
 
 @tp_dbwd.register_fake
-def _(g, x, y, w, ggx, ggy, ggw, key, backend):  # noqa: ANN001, ANN202
-    return tuple(torch.empty_like(t) for t in (g, x, y, w))
+def _(
+    g: Tensor, x: Tensor, y: Tensor, w: Tensor,
+    ggx: OptTensor, ggy: OptTensor, ggw: OptTensor, key: str, backend: str,
+) -> Grads4:  # fmt: skip
+    return torch.empty_like(g), torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
 
 
-def _tp_fwd_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+def _tp_fwd_setup(ctx: Any, inputs: tuple, output: Tensor) -> None:
     x, y, w, ctx.key, ctx.backend = inputs
     ctx.save_for_backward(x, y, w)
 
 
-def _tp_fwd_backward(ctx, grad: Tensor):  # noqa: ANN001, ANN202
+def _tp_fwd_backward(ctx: Any, grad: Tensor) -> tuple:
     x, y, w = ctx.saved_tensors
     gx, gy, gw = tp_bwd(grad, x, y, w, ctx.key, ctx.backend)
     return gx, gy, gw, None, None
 
 
-def _tp_bwd_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+def _tp_bwd_setup(ctx: Any, inputs: tuple, output: Grads3) -> None:
     g, x, y, w, ctx.key, ctx.backend = inputs
     ctx.save_for_backward(g, x, y, w)
 
 
-def _tp_bwd_backward(ctx, ggx: Tensor | None, ggy: Tensor | None, ggw: Tensor | None):  # noqa: ANN001, ANN202
+def _tp_bwd_backward(ctx: Any, ggx: OptTensor, ggy: OptTensor, ggw: OptTensor) -> tuple:
     g, x, y, w = ctx.saved_tensors
     dg, dx, dy, dw = tp_dbwd(g, x, y, w, ggx, ggy, ggw, ctx.key, ctx.backend)
     return dg, dx, dy, dw, None, None
@@ -167,7 +185,10 @@ def conv_fwd(
 
 
 @conv_fwd.register_fake
-def _(x, y, w, edge_src, edge_dst, dst_ptr, dst_perm, src_ptr, src_perm, key, backend):  # noqa: ANN001, ANN202
+def _(
+    x: Tensor, y: Tensor, w: Tensor, edge_src: Tensor, edge_dst: Tensor, dst_ptr: Tensor,
+    dst_perm: Tensor, src_ptr: Tensor, src_perm: Tensor, key: str, backend: str,
+) -> Tensor:  # fmt: skip
     return x.new_empty(dst_ptr.shape[0] - 1, descriptor(key).out_dim)
 
 
@@ -192,7 +213,10 @@ def conv_bwd(
 
 
 @conv_bwd.register_fake
-def _(g, x, y, w, edge_src, edge_dst, dst_ptr, dst_perm, src_ptr, src_perm, key, backend):  # noqa: ANN001, ANN202
+def _(
+    g: Tensor, x: Tensor, y: Tensor, w: Tensor, edge_src: Tensor, edge_dst: Tensor,
+    dst_ptr: Tensor, dst_perm: Tensor, src_ptr: Tensor, src_perm: Tensor, key: str, backend: str,
+) -> Grads3:  # fmt: skip
     return torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
 
 
@@ -221,27 +245,31 @@ def conv_dbwd(
 
 
 @conv_dbwd.register_fake
-def _(g, x, y, w, ggx, ggy, ggw, *graph_and_names):  # noqa: ANN001, ANN002, ANN202
-    return tuple(torch.empty_like(t) for t in (g, x, y, w))
+def _(
+    g: Tensor, x: Tensor, y: Tensor, w: Tensor, ggx: OptTensor, ggy: OptTensor, ggw: OptTensor,
+    edge_src: Tensor, edge_dst: Tensor, dst_ptr: Tensor, dst_perm: Tensor, src_ptr: Tensor,
+    src_perm: Tensor, key: str, backend: str,
+) -> Grads4:  # fmt: skip
+    return torch.empty_like(g), torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
 
 
-def _conv_fwd_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+def _conv_fwd_setup(ctx: Any, inputs: tuple, output: Tensor) -> None:
     x, y, w, *graph, ctx.key, ctx.backend = inputs
     ctx.save_for_backward(x, y, w, *graph)
 
 
-def _conv_fwd_backward(ctx, grad: Tensor):  # noqa: ANN001, ANN202
+def _conv_fwd_backward(ctx: Any, grad: Tensor) -> tuple:
     x, y, w, *graph = ctx.saved_tensors
     gx, gy, gw = conv_bwd(grad, x, y, w, *graph, ctx.key, ctx.backend)
     return (gx, gy, gw) + (None,) * 8
 
 
-def _conv_bwd_setup(ctx, inputs, output) -> None:  # noqa: ANN001
+def _conv_bwd_setup(ctx: Any, inputs: tuple, output: Grads3) -> None:
     g, x, y, w, *graph, ctx.key, ctx.backend = inputs
     ctx.save_for_backward(g, x, y, w, *graph)
 
 
-def _conv_bwd_backward(ctx, ggx, ggy, ggw):  # noqa: ANN001, ANN202
+def _conv_bwd_backward(ctx: Any, ggx: OptTensor, ggy: OptTensor, ggw: OptTensor) -> tuple:
     g, x, y, w, *graph = ctx.saved_tensors
     dg, dx, dy, dw = conv_dbwd(g, x, y, w, ggx, ggy, ggw, *graph, ctx.key, ctx.backend)
     return (dg, dx, dy, dw) + (None,) * 8

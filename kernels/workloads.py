@@ -47,8 +47,9 @@ WORKLOADS: dict[str, Workload] = {
             "1x0e+1x1o+1x2e+1x3o",
             "128x0e+128x1o+128x2e+128x3o",
         ),
-        Workload("mace-medium", "uvu", "128x0e+128x1o", "1x0e+1x1o+1x2e+1x3o",
-                 "128x0e+128x1o+128x2e"),
+        Workload(
+            "mace-medium", "uvu", "128x0e+128x1o", "1x0e+1x1o+1x2e+1x3o", "128x0e+128x1o+128x2e"
+        ),
         Workload("nequip-water", "uvu", _both_parities(32, 1), _sph(1), _both_parities(32, 1)),
         Workload("nequip-aspirin", "uvu", _both_parities(64, 1), _sph(1), _both_parities(64, 1)),
         Workload("nequip-toluene", "uvu", _both_parities(64, 2), _sph(2), _both_parities(64, 2)),
@@ -108,4 +109,6 @@ def workload_descriptor(name: str, mul_scale: float = 1.0) -> TPDescriptor:
         return TPDescriptor.from_e3nn(a, b, c, [(0, 0, 0, "uvu", True)])
     w = WORKLOADS[name]
     in1, out = _scaled(w.irreps_in1, mul_scale), _scaled(w.irreps_out, mul_scale)
-    return TPDescriptor.from_e3nn(in1, w.irreps_in2, out, instructions_for(in1, w.irreps_in2, out, w.mode))
+    return TPDescriptor.from_e3nn(
+        in1, w.irreps_in2, out, instructions_for(in1, w.irreps_in2, out, w.mode)
+    )

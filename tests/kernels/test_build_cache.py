@@ -1,0 +1,47 @@
+"""The CPU kernels are built once per descriptor and reused by later processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from equibench.kernels import KernelUnavailable, TPDescriptor
+from equibench.kernels.cpu_build import cpu_kernels
+
+_BUILD = """
+import json, sys, time
+from equibench.kernels import TPDescriptor
+from equibench.kernels.cpu_build import cpu_kernels
+t = time.perf_counter()
+k = cpu_kernels(TPDescriptor.from_e3nn("5x0e+5x1o", "1x1o", "5x1e", [(1, 0, 0, "uvu", True)]))
+print(json.dumps({"path": str(k.path), "seconds": time.perf_counter() - t}))
+"""
+
+
+def _build_in_subprocess(cache: Path) -> dict:
+    env = dict(os.environ, EQUIBENCH_KERNEL_CACHE=str(cache))
+    out = subprocess.run([sys.executable, "-c", _BUILD], env=env, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_reuses_the_build(tmp_path: Path) -> None:
+    first = _build_in_subprocess(tmp_path)
+    lib = Path(first["path"])
+    assert lib.is_relative_to(tmp_path) and lib.exists()
+    objects = {p: p.stat().st_mtime_ns for p in lib.parent.iterdir() if p.suffix in (".o", ".so")}
+    second = _build_in_subprocess(tmp_path)
+    assert second["path"] == first["path"]
+    assert {p: p.stat().st_mtime_ns for p in objects} == objects  # nothing recompiled
+
+
+def test_missing_compiler_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("EQUIBENCH_KERNEL_CACHE", str(tmp_path))
+    desc = TPDescriptor.from_e3nn("7x0e", "1x0e", "7x0e", [(0, 0, 0, "uvu", True)])
+    with pytest.raises(KernelUnavailable, match="no C\\+\\+ compiler"):
+        cpu_kernels(desc)
