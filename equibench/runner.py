@@ -119,6 +119,11 @@ def run_case(case: Case, settings: RunSettings) -> dict:
         status = "oom" if _is_oom(err) else "error"
         return {**row, "status": status, "reason": f"{type(err).__name__}: {err}"[:2000]}
     median = timing.median
+    # Rates of whatever a call processes, e.g. atoms_per_call -> atoms_per_s.
+    rates = {f"{key[:-len('_per_call')]}_per_s": value / median
+             for key, value in bench.extra.items()
+             if key.endswith("_per_call") and isinstance(value, (int, float))}
+    row["extra"] = {**bench.extra, **rates, "latency_s": median}
     return {
         **row, "status": "ok",
         "time_median_s": median, "time_iqr_s": timing.iqr, "time_samples": timing.samples,

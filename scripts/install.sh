@@ -19,4 +19,7 @@ else
 fi
 echo "[install] installing equibench and its dependencies"
 .venv/bin/pip install --quiet --disable-pip-version-check -e ".[test]"
+# mace-torch 0.3.16 pins e3nn==0.4.4, which fails on current torch; it runs with e3nn 0.6, so
+# it is installed without its pins (its real dependencies are in pyproject.toml).
+.venv/bin/pip install --quiet --disable-pip-version-check --no-deps "mace-torch==0.3.16"
 echo "[install] done: $(.venv/bin/equibench --help | head -1)"

@@ -1,0 +1,203 @@
+"""The MACE model family: one case = one backend, variant, direction, precision and batch.
+
+``build_bench`` builds the float64 e3nn model from the variant's configuration with
+seeded weights, casts a copy to the case's precision, moves it to the backend (same
+weights) and returns the timed call, with the e3nn float64 model on the same weights and
+inputs as reference. :func:`breakdown` profiles one step by category.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from equibench.cases import Case
+from equibench.levels import Bench, Outputs
+from equibench.registry import ModelFamily, register_model
+
+from .backends import BACKENDS, kernel_backend, on_backend, unavailable_reason
+from .inputs import WORKLOADS, Structures, load_structures
+from .models import VARIANTS, MaceConfig, build_model
+from .profile_breakdown import MACE_RULES, module_scopes, profile_categories
+from .steps import DIRECTIONS, make_step
+
+# No model-level tolerance: float32 meets the default 1e-4 with room to spare (scaled
+# errors 0.5-2e-7 over energy, forces, loss and radial-MLP gradient, small and oeq models,
+# QM9 and oc20-like, every CPU backend), float64 meets 1e-9 (<1e-15).
+
+
+@dataclass
+class MaceCase:
+    """Everything built for one case: inputs, the working model and its reference."""
+
+    config: MaceConfig
+    structures: Structures
+    model: torch.nn.Module  # on the case's backend, dtype and device
+    reference_model: torch.nn.Module  # e3nn, float64, same weights, same device
+    dtype: torch.dtype
+    device: str
+
+
+def prepare(case: Case, dtype: torch.dtype, seed: int) -> MaceCase:
+    """Build the models and inputs of ``case`` (see the module docstring)."""
+    config = VARIANTS[case.variant]
+    structures = load_structures(case.workload, case.batch, seed, config.r_max).rounded(dtype)
+    model64 = build_model(config, structures.atomic_numbers, structures.avg_num_neighbors, seed)
+    working = model64.to(dtype)
+    # The reference holds exactly the working weights (float32 values are float64 values).
+    reference = copy.deepcopy(working).to(torch.float64).to(case.device)
+    return MaceCase(
+        config=config,
+        structures=structures,
+        model=on_backend(working, case.implementation, case.device),
+        reference_model=reference,
+        dtype=dtype,
+        device=case.device,
+    )
+
+
+def _profile(mc: MaceCase, direction: str) -> dict[str, float]:
+    """Seconds per category of one step, on a copy of the model (a training step moves
+    the weights, and the gate needs them as built)."""
+    model = copy.deepcopy(mc.model)
+    step = make_step(direction, model, mc.structures.to(mc.dtype, mc.device))
+    step()  # warm-up: kernel builds, graph plans, allocator
+    return profile_categories(step, MACE_RULES, module_scopes(model), mc.device)
+
+
+def breakdown(case: Case, seed: int = 0) -> dict[str, float]:
+    """Seconds per category (tensor product, gather/scatter, radial MLP, symmetric
+    contraction, linear, other) of one step of ``case``, from ``torch.profiler``."""
+    from equibench.precision import get_precision
+
+    mc = prepare(case, get_precision(case.precision).dtype, seed)
+    return _profile(mc, case.direction)
+
+
+def _scaled_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``max|out - ref| / max(max|ref|, 1)``, as the gate measures errors."""
+    return float((out - ref).abs().max() / ref.abs().max().clamp(min=1))
+
+
+def _equivariance(mc: MaceCase, seed: int) -> Callable[[], float]:
+    """Scaled error of E(Rx) = E(x), F(Rx) = R F(x) for a seeded random rotation R
+    (positions, periodic shifts and cells all rotate)."""
+
+    def check() -> float:
+        from e3nn import o3
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            rot = o3.rand_matrix(dtype=mc.dtype).to(mc.device)
+        data = mc.structures.to(mc.dtype, mc.device)
+        turned = {
+            **data,
+            "positions": data["positions"] @ rot.T,
+            "shifts": data["shifts"] @ rot.T,
+            "cell": data["cell"] @ rot.T,
+        }
+        plain = make_step("inference", mc.model, data)()
+        rotated = make_step("inference", mc.model, turned)()
+        energy = _scaled_error(rotated["energy"], plain["energy"])
+        forces = _scaled_error(rotated["forces"], plain["forces"] @ rot.T)
+        return max(energy, forces)
+
+    return check
+
+
+def _max_batch_estimate(case: Case, mc: MaceCase) -> dict:
+    """On CUDA: device memory, the peak of one step, and the batch that would fill the
+    memory left if a step's memory grew linearly with structures (an estimate; the
+    sweep's largest ``ok`` batch before ``oom`` is the measured limit)."""
+    if not case.device.startswith("cuda"):
+        return {}
+    step = make_step(case.direction, copy.deepcopy(mc.model), mc.structures.to(mc.dtype, mc.device))
+    dev = torch.device(case.device)
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    base = torch.cuda.memory_allocated(dev)
+    step()
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - base
+    free, total = torch.cuda.mem_get_info(dev)
+    # Memory a step may use: free on the device plus cached but unallocated blocks.
+    usable = free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+    return {
+        "device_memory_bytes": int(total),
+        "step_peak_bytes": int(peak),
+        "max_batch_estimate": int(case.batch * usable / peak) if peak > 0 else None,
+    }
+
+
+def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
+    """The :class:`Bench` of ``case`` (see the module docstring)."""
+    mc = prepare(case, dtype, seed)
+    s = mc.structures
+    call = make_step(case.direction, mc.model, s.to(dtype, case.device))
+    reference_step = make_step(case.direction, mc.reference_model, s.to(torch.float64, case.device))
+    reference_outputs: Outputs = {}
+
+    def reference() -> Outputs:
+        # A training step moves the reference weights too: compute it once.
+        if not reference_outputs:
+            reference_outputs.update(reference_step())
+        return reference_outputs
+
+    extra = {
+        "dataset": s.dataset,
+        "synthetic": s.synthetic,
+        "structure_indices": s.indices,
+        "elements": list(s.atomic_numbers),
+        "atoms_per_call": s.n_atoms,
+        "edges_per_call": s.n_edges,
+        "atoms_per_structure": s.n_atoms / s.n_graphs,
+        "avg_num_neighbors": s.avg_num_neighbors,
+        "model": mc.config.describe(),
+        "backend": case.implementation,
+        # atoms/s = throughput * atoms_per_structure; latency = time_median_s.
+        "breakdown": _profile(mc, case.direction),
+        "breakdown_unit": "s per step, torch.profiler self time (profiler overhead included)",
+    }
+    if case.implementation == "fused":
+        extra["fused_kernels"] = kernel_backend(case.device)
+    if case.direction == "train_step":
+        extra["train"] = {
+            "loss": "mace WeightedEnergyForcesLoss(1, 100) vs zero targets",
+            "optimizer": "Adam(lr=1e-3, amsgrad=True)",
+        }
+    extra.update(_max_batch_estimate(case, mc))
+    return Bench(
+        call=call,
+        reference=reference,
+        items=s.n_graphs,
+        unit="structures/s",
+        equivariance=_equivariance(mc, seed),
+        extra=extra,
+    )
+
+
+@register_model
+class Mace(ModelFamily):
+    """mace-torch ``ScaleShiftMACE``: energy and forces (forces by autograd)."""
+
+    prefix = "mace"
+    backends = BACKENDS
+    precisions = frozenset({"float64", "float32"})
+
+    def available(self, backend: str, device: str) -> str | None:
+        return unavailable_reason(backend, device)
+
+    def supports(self, case: Case) -> str | None:
+        if case.workload not in WORKLOADS:
+            return f"unknown MACE workload {case.workload!r}; choose one of {', '.join(WORKLOADS)}"
+        if case.variant not in VARIANTS:
+            return f"unknown MACE variant {case.variant!r}; choose one of {', '.join(VARIANTS)}"
+        if case.direction not in DIRECTIONS:
+            return f"MACE runs {', '.join(DIRECTIONS)}, not {case.direction}"
+        return None
+
+    def build_bench(self, case: Case, dtype: torch.dtype, seed: int) -> Bench:
+        return build(case, dtype, seed)

@@ -1,0 +1,133 @@
+"""MACE model level: every backend matches e3nn float64 through the runner's gate, the
+fused backend really runs the fused convolution, and the breakdown covers the step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+pytest.importorskip("mace.modules", exc_type=ImportError)
+
+from equibench import registry  # noqa: E402
+from equibench.cases import Case  # noqa: E402
+from equibench.measure import MeasureConfig  # noqa: E402
+from equibench.precision import get_precision  # noqa: E402
+from equibench.runner import RunSettings, run_case  # noqa: E402
+
+# One timed call: the test checks the gate, not the speed.
+QUICK = RunSettings(measure=MeasureConfig(min_repeats=1, max_repeats=1, budget_s=0, warmup=0))
+BATCH = 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Two-thread OpenMP regions crawl when the two cores are shared with other jobs; the
+    test checks correctness, so one thread keeps it quick and steady."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def mace_case(backend: str, direction: str) -> Case:
+    return Case("model", "mace-qm9", backend, "small", direction, "float32", BATCH, "cpu")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("direction", ["inference", "train_step"])
+@pytest.mark.parametrize("backend", ["e3nn", "fused", "cuequivariance"])
+def test_backend_matches_e3nn_float64(backend: str, direction: str) -> None:
+    row = run_case(mace_case(backend, direction), QUICK)
+    if backend == "fused" and row["status"] == "unavailable":
+        pytest.skip(row["reason"])  # no C++ compiler here
+    assert row["status"] == "ok", row.get("reason")
+    assert row["max_scaled_err"] <= get_precision("float32").tolerance
+    assert row["equivariance_err"] <= 1e-4
+    extra = row["extra"]
+    assert extra["atoms_per_call"] > 0 and extra["edges_per_call"] > 0
+    assert set(extra["breakdown"]) == {
+        "tensor product", "gather/scatter", "radial MLP", "symmetric contraction", "linear",
+        "other",
+    }  # fmt: skip
+    assert extra["breakdown"]["tensor product"] > 0
+
+
+def test_openequivariance_unavailable_on_cpu() -> None:
+    row = run_case(mace_case("openequivariance", "inference"), QUICK)
+    assert row["status"] == "unavailable"
+    assert "GPU" in row["reason"]
+
+
+def test_unknown_variant_is_unavailable() -> None:
+    case = Case("model", "mace-qm9", "e3nn", "huge", "inference", "float32", 1, "cpu")
+    row = run_case(case, QUICK)
+    assert row["status"] == "unavailable" and "variant" in row["reason"]
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the operators dispatched while active, by name (``equibench.conv_fwd``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket._qualified_op_name.replace("::", ".")
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.slow
+def test_fused_backend_runs_the_fused_convolution() -> None:
+    from e3nn import o3
+
+    family = registry.model_family("mace-qm9")
+    if reason := family.available("fused", "cpu"):
+        pytest.skip(reason)
+    try:
+        bench = family.build_bench(mace_case("fused", "train_step"), torch.float32, seed=0)
+    except registry.Unsupported as err:
+        pytest.skip(str(err))
+    e3nn_tp_calls = []
+    hook = torch.nn.modules.module.register_module_forward_hook(
+        # The convolution's e3nn product is a plain TensorProduct (skip_tp is a subclass).
+        lambda module, args, out: (
+            e3nn_tp_calls.append(module) if type(module) is o3.TensorProduct else None
+        )
+    )
+    try:
+        with _CountOps() as counter:
+            bench.call()
+    finally:
+        hook.remove()
+    layers = bench.extra["model"]["num_interactions"]
+    # Per interaction: the forward; its backward for the forces and again in
+    # loss.backward() (the energy term); the double backward in loss.backward() (the
+    # force term).
+    assert counter.counts.get("equibench.conv_fwd") == layers
+    assert counter.counts.get("equibench.conv_bwd") == 2 * layers
+    assert counter.counts.get("equibench.conv_dbwd") == layers
+    assert e3nn_tp_calls == []
+
+
+def test_profile_categories_attributes_backward_to_the_forward_module() -> None:
+    from equibench.implementations.mace.profile_breakdown import Rule, profile_categories
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    x = torch.randn(256, 64, requires_grad=True)
+
+    def step() -> None:
+        (grad,) = torch.autograd.grad(model(x).sum(), x, create_graph=True)
+        grad.square().sum().backward()  # double backward, as in training with forces
+
+    # Paths of backward operators start with the path of their forward operator.
+    rules = [
+        Rule("first, double backward", r"^step/0/.*Backward.*Backward"),
+        Rule("first, backward", r"^step/0/.*Backward"),
+        Rule("first", r"^step/0/"),
+        Rule("last", r"^step/2/"),
+    ]
+    totals = profile_categories(step, rules, {"0": model[0], "2": model[2]})
+    assert list(totals) == [r.category for r in rules] + ["other"]
+    assert all(seconds > 0 for category, seconds in totals.items() if category != "other")
