@@ -42,12 +42,26 @@ for check in $CHECKS; do
         conv) run conv --level conv --workload mace-large@qm9,mace-large@carbon \
                 --implementation "$IMPLS,e3nn-compiled" --direction forward,backward \
                 --precision float32,float64 --batch 1000 ;;
-        kernels) TRITON_INTERPRET=0 run kernels --level conv --workload mace-large@carbon \
+        kernels) run kernels --level conv --workload mace-large@carbon \
                 --implementation fused --direction forward,backward,double_backward \
                 --precision float32 --batch 4096 ;;
-        mace) run mace --level model --workload mace-qm9 --variant oeq \
-                --implementation e3nn,cuequivariance,openequivariance,fused \
-                --direction inference,train_step --precision float32,float64 --batch 32,64,128 ;;
+        # mace-torch pins e3nn==0.4.4: bring its wheel in wheels/no-deps/ (out of the
+        # resolver); wheels/ holds its dependencies and cuequivariance-ops-torch-cu13.
+        mace)
+            if [ -d wheels/no-deps ]; then
+                "$PY" -m pip install --quiet --no-index --no-deps wheels/no-deps/*.whl
+            fi
+            # batch doubles until out of memory: the oom rows give the largest batch that fits
+            run mace-inf --level model --workload mace-qm9 --variant oeq \
+                --implementation e3nn,openequivariance,fused --direction inference \
+                --precision float32 --batch 32,64,128,256,512,1024,2048,4096
+            # mace's cuEquivariance conversion runs in every case: fewer of them
+            run mace-cueq --level model --workload mace-qm9 --variant oeq \
+                --implementation cuequivariance --direction inference,train_step \
+                --precision float32 --batch 32,256
+            run mace-train --level model --workload mace-qm9,mace-oc20-like --variant oeq \
+                --implementation e3nn,openequivariance,fused --direction train_step \
+                --precision float32,float64 --batch 32 ;;
         se3t) run se3t --level model --workload se3t-qm9 --variant baseline,optimized \
                 --implementation basis,fused --direction train_step,inference \
                 --precision float32 --batch 100,240 ;;
