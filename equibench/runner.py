@@ -11,7 +11,6 @@ import datetime as dt
 import importlib
 import math
 import multiprocessing as mp
-import os
 import signal
 import traceback
 from collections.abc import Callable, Iterable
@@ -111,8 +110,9 @@ def run_case(case: Case, settings: RunSettings) -> dict:
                     return {**row, "status": "incorrect",
                             "reason": f"equivariance error {eq_err:.3e} exceeds "
                                       f"{precision.tolerance:.1e}"}
-            row["peak_mem_bytes"], row["peak_mem_method"] = peak_memory(bench.call, case.device)
             timing = time_call(bench.call, settings.measure, case.device)
+            # Last: on CPU it switches the allocator to give memory back (see measure.py).
+            row["peak_mem_bytes"], row["peak_mem_method"] = peak_memory(bench.call, case.device)
     except registry.Unsupported as err:
         return {**row, "status": "unavailable", "reason": str(err)}
     except Exception as err:  # noqa: BLE001 - every failure becomes a recorded row
@@ -152,10 +152,6 @@ def _child(conn, case_dict: dict, settings_dict: dict) -> None:
 
 
 def _context() -> mp.context.BaseContext:
-    # Freed large blocks go back to the OS at once, so that the resident-set growth of a call
-    # measures that call (glibc otherwise raises its mmap threshold and keeps freed memory).
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
-    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", "65536")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["equibench.preload"])
     return ctx
