@@ -87,10 +87,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from equibench.runner import run_cases
 
     cfg = config_mod.load(args.config)
-    cases = config_mod.suite_cases(cfg, args.suite, args.workload, args.implementation,
-                                   args.device)
-    print(f"{len(cases)} cases: suite {args.suite}, {args.workload}, {args.implementation}, "
-          f"{args.device}", flush=True)
+    cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
+    print(f"{len(cases)} cases: suite {args.suite}, {args.implementation}, {args.device}",
+          flush=True)
     with exclusive(args.device, Path(args.out).parent / ".locks"):
         frame = run_cases(cases, _settings(args, cfg), args.out, progress=not args.quiet,
                           on_row=_log_row if args.quiet else None)
@@ -214,7 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
                                      "calls this)")
     p.add_argument("--config", required=True, help="configuration YAML")
     p.add_argument("--suite", required=True)
-    p.add_argument("--workload", required=True)
     p.add_argument("--implementation", required=True)
     p.add_argument("--device", required=True)
     p.add_argument("--out", required=True, help="result table to write (parquet)")

@@ -74,24 +74,31 @@ def config_hash(config: Mapping) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def jobs(config: Mapping) -> Iterator[tuple[str, str, str, str]]:
-    """(suite, workload, implementation, device) of every Snakemake benchmark job."""
+def jobs(config: Mapping) -> Iterator[tuple[str, str, str]]:
+    """(suite, implementation, device) of every Snakemake benchmark job.
+
+    One job runs one implementation's sweep over a suite (every case still in a process of
+    its own): a job per case would pay the interpreter start-up hundreds of times.
+    """
     for device in resolve_devices(config["device"]):
         for suite in config["suites"]:
-            for workload in suite["workloads"]:
-                for implementation in suite["implementations"]:
-                    yield suite["name"], workload, implementation, device
+            for implementation in suite["implementations"]:
+                yield suite["name"], implementation, device
 
 
-def suite_cases(config: Mapping, suite: str, workload: str, implementation: str,
-                device: str) -> list[Case]:
-    """The cases of one job, in a stable order."""
+def suite(config: Mapping, name: str) -> Mapping:
     for block in config["suites"]:
-        if block["name"] == suite:
-            return list(expand(
-                level=block["level"], workloads=[workload], implementations=[implementation],
-                directions=block["directions"], precisions=block["precisions"],
-                batches=block["batches"], device=device,
-                variants=block.get("variants", ["default"]),
-            ))
-    raise ConfigError(f"no suite named {suite!r} in the configuration")
+        if block["name"] == name:
+            return block
+    raise ConfigError(f"no suite named {name!r} in the configuration")
+
+
+def suite_cases(config: Mapping, suite_name: str, implementation: str, device: str
+                ) -> list[Case]:
+    """The cases of one job, in a stable order."""
+    block = suite(config, suite_name)
+    return list(expand(
+        level=block["level"], workloads=block["workloads"], implementations=[implementation],
+        directions=block["directions"], precisions=block["precisions"],
+        batches=block["batches"], device=device, variants=block.get("variants", ["default"]),
+    ))

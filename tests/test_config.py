@@ -37,7 +37,8 @@ def test_overrides_merge_over_preset():
 
 def test_suite_cases():
     cfg = config.resolve({"preset": "quick", "device": "cpu"})
-    cases = config.suite_cases(cfg, "tp", "mace-large", "e3nn", "cpu")
+    cases = config.suite_cases(cfg, "tp-batch", "e3nn", "cpu")
     assert {c.direction for c in cases} == {"forward", "backward"}
     assert {c.precision for c in cases} == {"float32", "float64"}
-    assert all(c.workload == "mace-large" and c.device == "cpu" for c in cases)
+    assert {c.workload for c in cases} == {"mace-large", "nequip-benzene"}
+    assert all(c.implementation == "e3nn" and c.device == "cpu" for c in cases)

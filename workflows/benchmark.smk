@@ -1,5 +1,6 @@
-# One job per (suite, workload, implementation, device); inside it every case runs in a
-# process of its own, so a crash or an out-of-memory case costs that case alone.
+# One job per (suite, implementation, device): that implementation's sweep over the suite.
+# Inside it every case runs in a process of its own, so a crash or an out-of-memory case
+# costs that case alone.
 import json
 
 from equibench.devices import from_path_name
@@ -41,9 +42,9 @@ rule bench:
         config=f"{RUN}/config.yaml",
         datasets=job_datasets,
     output:
-        f"{RUN}/cases/{{suite}}/{{workload}}/{{impl}}/{{device}}.parquet",
+        f"{RUN}/cases/{{suite}}/{{impl}}/{{device}}.parquet",
     log:
-        f"{RUN}/logs/{{suite}}/{{workload}}/{{impl}}/{{device}}.log",
+        f"{RUN}/logs/{{suite}}/{{impl}}/{{device}}.log",
     # CPU jobs take every core so that no two timed jobs share the CPU; GPU jobs take one
     # core and hold a lock on their device.
     threads: lambda wc: 1 if wc.device.startswith("cuda") else workflow.cores
@@ -55,5 +56,5 @@ rule bench:
         "envs/equibench.yaml"
     shell:
         "equibench sweep --config {input.config} --suite {wildcards.suite} "
-        "--workload {wildcards.workload} --implementation {wildcards.impl} "
+        "--implementation {wildcards.impl} "
         "--device {params.device} --out {output} --quiet > {log} 2>&1"

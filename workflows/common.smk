@@ -60,13 +60,15 @@ def _source_flag(wildcards):
 
 JOBS = list(eqcfg.jobs(CFG))
 CASE_FILES = [
-    f"{RUN}/cases/{suite}/{workload}/{impl}/{path_name(device)}.parquet"
-    for suite, workload, impl, device in JOBS
+    f"{RUN}/cases/{suite}/{impl}/{path_name(device)}.parquet" for suite, impl, device in JOBS
 ]
 
 
 def job_datasets(wildcards):
-    """Prepared datasets a job reads: conv graphs named <tp>@qm9, models named <model>-qm9."""
-    needed = [name for name in EQUIBENCH_DATASETS
-              if wildcards.workload.endswith((f"@{name}", f"-{name}"))]
+    """Prepared datasets a job reads: conv graphs <tp>@qm9..., models <model>-qm9, ..."""
+    workloads = eqcfg.suite(CFG, wildcards.suite)["workloads"]
+    needed = [
+        name for name in EQUIBENCH_DATASETS
+        if any(w.endswith(f"-{name}") or f"@{name}" in w for w in workloads)
+    ]
     return [prepared_dataset(name) for name in needed]
