@@ -1,0 +1,107 @@
+"""Optimization switches of the SE(3)-Transformer and the named variants built from them.
+
+Every variant is the same code; only these switches differ (REFERENCE.md section 3):
+
+- ``baseline``: every optimization off plus the official-baseline habits (Fuchs et al.
+  2020): per-edge kernels materialized, mean aggregation in the pooled convolution.
+  Mean aggregation changes the function; every other switch is an exact rearrangement.
+- ``plain``: every optimization off, no habits (the base the single-switch variants
+  start from).
+- one variant per switch on top of ``plain``: ``fuse_kv``, ``fuse-partial``,
+  ``fuse-full``, ``basis_cache``, ``shared_radial``, ``low_memory``.
+- ``optimized``: every optimization on except ``low_memory`` (fully fused convolutions,
+  fused key/value, cached bases, shared radial profile).
+- ``low-memory``: NVIDIA's low-memory mode: ``optimized`` with activation checkpointing
+  of each convolution and no fused bases (``fuse_level="none"``).
+
+Any variant name may end with ``+dgl`` to run the graph operations (edge softmax,
+scatter-sum) with DGL instead of PyTorch (``optimized+dgl``); see ``graph_ops``.
+
+Weights: all variants are evaluated with weights mapped from one master model in the
+``optimized`` parameterization (shared radial profile, fused key/value); see
+``model.transfer_weights``. Fusion levels, basis caching, checkpointing, materialized
+kernels and the graph-op library change no parameter, so those variants hold identical
+weights; ``shared_radial=False`` and ``fuse_kv=False`` hold the same function in more
+parameters (hidden radial layers copied, output rows split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+FUSE_LEVELS = ("none", "partial", "full")
+DGL_SUFFIX = "+dgl"
+
+
+@dataclass(frozen=True)
+class Switches:
+    """What the model does; the defaults are the ``plain`` variant."""
+
+    # One TFN convolution with doubled output channels for keys and values (per degree:
+    # values first, then keys) instead of two convolutions.
+    fuse_kv: bool = False
+    # none: one contraction per (degree in, degree out) pair; partial: one per output
+    # degree where input channels are equal (else per input degree where output channels
+    # are equal); full: one for all pairs when both are uniform (falls back to partial).
+    fuse_level: str = "none"
+    # Edge bases (spherical harmonics and their Clebsch-Gordan contractions, fused bases
+    # included) computed once per batch outside the timed call instead of in every
+    # forward.
+    basis_cache: bool = False
+    # One radial MLP per convolution (hidden layers shared, one output layer for every
+    # degree pair) instead of one MLP per degree pair.
+    shared_radial: bool = False
+    # Activation checkpointing of each convolution: its per-edge intermediates are
+    # recomputed in backward instead of kept.
+    low_memory: bool = False
+    # Official-baseline habit: kernel K (E, c_out (2l_out+1), c_in (2l_in+1)) built as
+    # sum_J R * basis (a broadcast product, as Fuchs et al.) and applied as K @ x.
+    materialize_kernels: bool = False
+    # Official-baseline habit: the pooled convolution averages its messages instead of
+    # summing them. Changes the function.
+    mean_aggregation: bool = False
+    # Graph operations library: "torch" (index_add_, scatter_reduce) or "dgl".
+    graph_ops: str = "torch"
+
+    def __post_init__(self) -> None:
+        if self.fuse_level not in FUSE_LEVELS:
+            raise ValueError(f"fuse_level must be one of {FUSE_LEVELS}, got {self.fuse_level!r}")
+        if self.graph_ops not in ("torch", "dgl"):
+            raise ValueError(f"graph_ops must be torch or dgl, got {self.graph_ops!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def reference(self) -> Switches:
+        """The same function with nothing optimized (only the function-changing habit kept):
+        what the float64 reference of a case runs."""
+        return Switches(mean_aggregation=self.mean_aggregation)
+
+
+PLAIN = Switches()
+OPTIMIZED = Switches(fuse_kv=True, fuse_level="full", basis_cache=True, shared_radial=True)
+
+VARIANTS: dict[str, Switches] = {
+    "baseline": Switches(materialize_kernels=True, mean_aggregation=True),
+    "plain": PLAIN,
+    "fuse_kv": replace(PLAIN, fuse_kv=True),
+    "fuse-partial": replace(PLAIN, fuse_level="partial"),
+    "fuse-full": replace(PLAIN, fuse_level="full"),
+    "basis_cache": replace(PLAIN, basis_cache=True),
+    "shared_radial": replace(PLAIN, shared_radial=True),
+    "low_memory": replace(PLAIN, low_memory=True),
+    "optimized": OPTIMIZED,
+    "low-memory": replace(OPTIMIZED, low_memory=True, fuse_level="none"),
+}
+
+
+def variant_switches(name: str) -> Switches:
+    """Switches of a variant name (``optimized``, ``baseline+dgl``, ...)."""
+    base, dgl = (name[: -len(DGL_SUFFIX)], True) if name.endswith(DGL_SUFFIX) else (name, False)
+    if base not in VARIANTS:
+        raise ValueError(
+            f"unknown se3t variant {name!r}; choose one of {', '.join(VARIANTS)} "
+            f"(optionally with {DGL_SUFFIX!r})"
+        )
+    switches = VARIANTS[base]
+    return replace(switches, graph_ops="dgl") if dgl else switches

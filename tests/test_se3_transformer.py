@@ -1,0 +1,154 @@
+"""SE(3)-Transformer: equivariance, one function across variants and backends, runner
+integration, learning, data parallelism. Everything runs the ``small`` size on a few
+QM9 molecules in float64."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from equibench.implementations.se3_transformer import graph_ops
+from equibench.implementations.se3_transformer.bench import master_model, random_rotation
+from equibench.implementations.se3_transformer.model import SIZES, build_model, featurize
+from equibench.implementations.se3_transformer.switches import (
+    OPTIMIZED,
+    PLAIN,
+    VARIANTS,
+    variant_switches,
+)
+from equibench.implementations.se3_transformer.tfn import BACKENDS
+
+from equibench.cases import Case
+from equibench.measure import MeasureConfig
+from equibench.runner import RunSettings, run_case
+
+SIZE = "small"
+
+
+@pytest.fixture(scope="module")
+def graph_batch():
+    from equibench import datasets
+
+    return datasets.load("qm9").batch(list(range(200, 206)), graph="bonds")
+
+
+@pytest.fixture(scope="module")
+def master():
+    return master_model(SIZE, seed=3)
+
+
+def predict(master, mol, switches, backend="basis"):
+    model = build_model(SIZES[SIZE], switches, backend, "cpu", torch.float64, master)
+    with torch.no_grad():
+        return model(mol)
+
+
+@pytest.mark.parametrize("backend", ["basis", "e3nn"])
+def test_rotation_and_translation_leave_prediction_unchanged(graph_batch, master, backend):
+    rotation, shift = random_rotation(7), torch.tensor([1.5, -2.0, 0.25], dtype=torch.float64)
+    src, dst = graph_batch.edge_src, graph_batch.edge_dst
+
+    def placed(pos):  # edge vectors from float64 positions, so both sides round alike
+        return featurize(dataclasses.replace(graph_batch, pos=pos, edge_vec=pos[dst] - pos[src]))
+
+    pos = graph_batch.pos.to(torch.float64)
+    before = predict(master, placed(pos), OPTIMIZED, backend)
+    after = predict(master, placed(pos @ rotation.T + shift), OPTIMIZED, backend)
+    # e3nn's tensor product tabulates Clebsch-Gordan coefficients to float32 accuracy.
+    tol = 1e-6 if backend == "e3nn" else 1e-10
+    assert (before - after).abs().max() < tol * max(1.0, before.abs().max())
+
+
+def test_every_variant_and_backend_compute_the_same_function(graph_batch, master):
+    """Every variant on ``basis``; every backend on per-pair (baseline) and fully fused
+    (optimized) contractions."""
+    mol = featurize(graph_batch)
+    plain = predict(master, mol, PLAIN)
+    mean = predict(master, mol, VARIANTS["baseline"].reference())
+    assert (plain - mean).abs().max() > 1e-3, "mean aggregation should change the function"
+    combos = [(name, "basis") for name in VARIANTS]
+    combos += [(name, b) for name in ("baseline", "optimized") for b in BACKENDS if b != "basis"]
+    for name, backend in combos:
+        switches = VARIANTS[name]
+        expected = mean if switches.mean_aggregation else plain
+        out = predict(master, mol, switches, backend)
+        # e3nn's tensor product tabulates Clebsch-Gordan coefficients to float32 accuracy.
+        tol = 1e-6 if backend == "e3nn" else 1e-10
+        err = float((out - expected).abs().max())
+        assert err < tol, f"{name}/{backend}: {err:.2e}"
+
+
+def test_gradients_agree_across_parameterizations(graph_batch, master):
+    """Shared radial profiles and fused keys/values: same gradients of common weights."""
+    mol = featurize(graph_batch)
+    grads = []
+    for switches in (PLAIN, OPTIMIZED, VARIANTS["low-memory"]):
+        model = build_model(SIZES[SIZE], switches, "basis", "cpu", torch.float64, master)
+        model(mol).square().sum().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if ".radial." not in n})
+    for other in grads[1:]:
+        for name, grad in other.items():
+            torch.testing.assert_close(grad, grads[0][name], rtol=1e-9, atol=1e-12)
+
+
+def test_segment_softmax_sums_to_one_over_incoming_edges():
+    src = torch.tensor([0, 1, 2, 0, 3])
+    dst = torch.tensor([1, 0, 0, 2, 2])
+    scores = torch.randn(5, 3, dtype=torch.float64) * 50
+    ops = graph_ops.GraphOps(src, dst, 4)
+    weights = ops.softmax_in(scores)
+    for node in range(4):
+        mask = dst == node
+        if mask.any():
+            torch.testing.assert_close(weights[mask], torch.softmax(scores[mask], dim=0))
+    torch.testing.assert_close(ops.sum_in(weights)[[0, 1, 2]], torch.ones(3, 3).double())
+
+
+def _case(variant: str, direction: str, implementation: str = "basis") -> dict:
+    settings = RunSettings(measure=MeasureConfig(min_repeats=2, max_repeats=2, warmup=0))
+    case = Case("model", "se3t-qm9-small", implementation, variant, direction, "float32", 4,
+                "cpu")
+    return run_case(case, settings)
+
+
+@pytest.mark.parametrize(("variant", "direction"),
+                         [("optimized", "train_step"), ("baseline", "inference")])
+def test_runner_cases_pass_the_gate(variant, direction):
+    row = _case(variant, direction)
+    assert row["status"] == "ok", row.get("reason")
+    assert row["throughput_unit"] == "molecules/s"
+    assert row["extra"]["switches"] == variant_switches(variant).to_dict()
+    assert row["equivariance_err"] < 1e-4
+
+
+def test_dgl_cases_say_why_they_cannot_run():
+    reason = graph_ops.dgl_unavailable()
+    row = _case("optimized+dgl", "inference")
+    if reason is None:
+        assert row["status"] == "ok", row.get("reason")
+    else:
+        assert row["status"] == "unavailable" and "dgl" in row["reason"]
+
+
+def test_training_lowers_the_loss():
+    from equibench.implementations.se3_transformer.train import train
+
+    records = train(molecules=96, epochs=4, batch=16, size=SIZE, lr=5e-3, log=lambda _: None)
+    assert records[-1]["train_loss"] < records[0]["train_loss"]
+
+
+def test_data_parallel_with_two_processes():
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "equibench.implementations.se3_transformer.ddp", "--steps", "2", "--batch", "2",
+           "--size", SIZE]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["world_size"] == 2 and result["backend"] == "gloo"
+    assert 0 < result["weak_scaling_efficiency"] <= 1.5
