@@ -62,9 +62,16 @@ for check in $CHECKS; do
             run mace-train --level model --workload mace-qm9,mace-oc20-like --variant oeq \
                 --implementation e3nn,openequivariance,fused --direction train_step \
                 --precision float32,float64 --batch 32 ;;
-        se3t) run se3t --level model --workload se3t-qm9 --variant baseline,optimized \
-                --implementation basis,fused --direction train_step,inference \
-                --precision float32 --batch 100,240 ;;
+        # NVIDIA's conditions: training at batch 100 (memory) and 240 (throughput).
+        se3t) run se3t-train --level model --workload se3t-qm9 --implementation basis \
+                --variant optimized,low-memory,baseline --direction train_step \
+                --precision float32,tfloat32 --batch 100
+              run se3t-backends --level model --workload se3t-qm9 \
+                --implementation basis,e3nn,cuequivariance,fused --variant optimized \
+                --direction train_step,inference --precision float32 --batch 240
+              timeout 300 torchrun --standalone --nproc_per_node 1 \
+                -m equibench.implementations.se3_transformer.ddp --steps 20 --batch 240 \
+                | tee "$OUT/se3t-ddp.json" || echo "[gpu_check] ddp failed" ;;
         *) echo "[gpu_check] unknown check $check" >&2; exit 2 ;;
     esac
 done
