@@ -99,12 +99,13 @@ def test_cli_reports_offline_download_errors(data_dir, capsys, monkeypatch):
 
 @pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake not installed")
 def test_snakemake_rule_prepares_configured_datasets(tmp_path, data_dir):
-    (tmp_path / "Snakefile").write_text(f'include: "{REPO / "workflows" / "datasets.smk"}"\n')
     (tmp_path / "config.yaml").write_text(
-        "datasets:\n  - {name: qm9, source: figshare}\nruns:\n  - {dataset: oc20-like}\n"
+        "preset: quick\ndevice: cpu\n"
+        "datasets:\n  - {name: qm9, source: figshare}\n  - oc20-like\n"
     )
     result = subprocess.run(
-        ["snakemake", "-n", "-p", "--configfile", "config.yaml", "--", "datasets"],
+        ["snakemake", "-n", "-p", "--snakefile", str(REPO / "Snakefile"),
+         "--configfile", "config.yaml", "--", "datasets"],
         cwd=tmp_path, capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert "equibench datasets prepare qm9 --source figshare --force" in result.stdout
