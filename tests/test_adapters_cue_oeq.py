@@ -55,7 +55,7 @@ def test_cue_tp_matches_e3nn(workload: str, direction: str, precision: str):
     assert row["status"] == "ok", row.get("reason")
     assert row["max_scaled_err"] <= get_precision(precision).tolerance
     if direction == "forward":
-        assert row["equivariance_err"] <= get_precision(precision).equivariance_tolerance
+        assert row["equivariance_err"] <= get_precision(precision).tolerance
 
 
 @pytest.fixture
