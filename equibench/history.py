@@ -8,13 +8,12 @@ same run. Ratios, not raw times, so that runs on different machines stay compara
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from equibench.compare import KEY_COLUMNS, REFERENCE, speedups
+from equibench.results import write_parquet_atomic
 
 DEFAULT_PATH = Path("results/history.parquet")
 COLUMNS = (*KEY_COLUMNS, "machine", "host", "run_id", "git_commit", "git_dirty", "timestamp",
@@ -47,18 +46,6 @@ def read(path: str | Path = DEFAULT_PATH) -> pd.DataFrame:
     return frame
 
 
-def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def add(frame: pd.DataFrame, path: str | Path = DEFAULT_PATH,
         reference: str = REFERENCE) -> tuple[pd.DataFrame, int]:
     """Append the run's tracked ratios to the history at ``path`` (written atomically).
@@ -72,5 +59,5 @@ def add(frame: pd.DataFrame, path: str | Path = DEFAULT_PATH,
     merged = merged.drop_duplicates(list(IDENTITY), keep="last")
     merged = merged.sort_values(["timestamp", *KEY_COLUMNS], kind="stable")
     merged = merged.reset_index(drop=True)
-    _write_atomic(merged, path)
+    write_parquet_atomic(merged, path)
     return merged, len(new)

@@ -158,9 +158,13 @@ def validate(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_atomic(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Validate and write a parquet file so that readers never see half of it."""
+    """Validate and write a result table so that readers never see half of it."""
+    return write_parquet_atomic(validate(frame), path)
+
+
+def write_parquet_atomic(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Write any table to parquet through a temporary file and a rename."""
     path = Path(path)
-    frame = validate(frame)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
