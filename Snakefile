@@ -2,8 +2,13 @@
 #   snakemake --profile workflows/profiles/local                  # quick preset
 #   snakemake --profile workflows/profiles/local --config preset=full
 import os
+import sys
 
 from equibench import config as eqcfg
+
+# Rules call the `equibench` command: take it from the environment Snakemake runs in, even
+# when that environment is not activated (e.g. `.venv/bin/snakemake`).
+os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 
 configfile: os.path.join(workflow.basedir, "workflows", "config", "default.yaml")
 
