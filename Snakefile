@@ -12,6 +12,10 @@ os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.g
 
 configfile: os.path.join(workflow.basedir, "workflows", "config", "default.yaml")
 
+
+envvars:
+    "PATH",
+
 # Validated against workflows/config/schema.yaml before any job runs; an unknown key or a
 # bad value stops here with a message naming it.
 try:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,7 @@ from equibench.datasets.cache import atomic_write
 from equibench import datasets
 
 REPO = Path(__file__).resolve().parents[2]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
 
 def test_cache_layout_follows_environment(data_dir):
@@ -97,14 +98,14 @@ def test_cli_reports_offline_download_errors(data_dir, capsys, monkeypatch):
     assert "Offline alternative" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(shutil.which("snakemake") is None, reason="snakemake not installed")
+@pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake not installed beside python")
 def test_snakemake_rule_prepares_configured_datasets(tmp_path, data_dir):
     (tmp_path / "config.yaml").write_text(
         "preset: quick\ndevice: cpu\n"
         "datasets:\n  - {name: qm9, source: figshare}\n  - oc20-like\n"
     )
     result = subprocess.run(
-        ["snakemake", "-n", "-p", "--snakefile", str(REPO / "Snakefile"),
+        [str(SNAKEMAKE), "-n", "-p", "--snakefile", str(REPO / "Snakefile"),
          "--configfile", "config.yaml", "--", "datasets"],
         cwd=tmp_path, capture_output=True, text=True, check=True,
     )  # fmt: skip
