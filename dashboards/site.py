@@ -8,8 +8,6 @@ CSV beside its page, and results.csv. Sections without rows say "no rows".
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from equibench.dashboards.layout import PAGES, Block, PageSpec, blocks_html, pag
 from equibench import claims as claims_mod
 from equibench import history as history_mod
 from equibench.compare import machine_labels
+from equibench.files import atomic_write
 
 ENV_COLUMNS = ["run_id", "device", "host", "cpu_model", "cpu_count", "threads", "gpu_name",
                "gpu_driver", "cuda", "python", "version_torch", "version_e3nn",
@@ -38,11 +37,8 @@ VERDICT_RULE = (
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; the site is meant to be served
-    os.replace(tmp, path)
+    with atomic_write(path, "w") as handle:
+        handle.write(text)
 
 
 def _runs(frame: pd.DataFrame) -> pd.DataFrame:

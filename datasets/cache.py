@@ -13,12 +13,12 @@ interrupted run leaves the previous version intact.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+
+from equibench.files import atomic_write
+
+__all__ = ["atomic_write", "data_dir", "prepared_path", "raw_dir"]
 
 DATA_DIR_ENV = "EQUIBENCH_DATA_DIR"
 DEFAULT_DATA_DIR = Path("~/.cache/equibench/data")
@@ -40,29 +40,3 @@ def raw_dir(dataset: str) -> Path:
 def prepared_path(dataset: str) -> Path:
     """The prepared cache file of ``dataset`` (the Snakemake output of ``prepare_dataset``)."""
     return data_dir() / "prepared" / f"{dataset}.npz"
-
-
-@contextlib.contextmanager
-def atomic_write(path: Path) -> Iterator[BinaryIO]:
-    """Open a temporary binary file next to ``path``; move it onto ``path`` on success.
-
-    The temporary file lives in the destination directory because ``os.replace`` is
-    only atomic within one file system. On error the temporary file is removed and
-    ``path`` is left untouched.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates the file 0600; give it the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

@@ -8,14 +8,13 @@ much larger than the last-level cache, counted as bytes read plus bytes written.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from equibench.environment import capture, machine_label
+from equibench.files import atomic_write
 
 
 def _best_seconds(fn, device: str, repeats: int) -> float:
@@ -61,10 +60,7 @@ def probe(device: str, threads: int = 0) -> dict:
 
 def write_probe(devices: list[str], out: str | Path, threads: int = 0) -> Path:
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     data = {d: probe(d, threads) for d in devices}
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    with os.fdopen(fd, "w") as f:
+    with atomic_write(out, "w") as f:
         json.dump(data, f, indent=2)
-    os.replace(tmp, out)
     return out

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+from equibench.files import atomic_write
 
 STATUSES = ("ok", "incorrect", "oom", "unavailable", "error")
 
@@ -164,17 +164,9 @@ def write_atomic(frame: pd.DataFrame, path: str | Path) -> Path:
 
 def write_parquet_atomic(frame: pd.DataFrame, path: str | Path) -> Path:
     """Write any table to parquet through a temporary file and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic_write(path) as handle:
+        frame.to_parquet(handle, index=False)
+    return Path(path)
 
 
 def read(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
