@@ -44,6 +44,8 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None):
         timeout_s=cfg.get("timeout_s", 900.0),
         config_hash=config_mod.config_hash(cfg) if cfg else "",
         measure=measure,
+        cpu_allocator=getattr(args, "cpu_allocator", None) or cfg.get("cpu_allocator",
+                                                                    "tcmalloc"),
         plugins=tuple(cfg.get("plugins", [])) + tuple(getattr(args, "plugin", None) or []),
     )
 
@@ -203,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")
     p.add_argument("--threads", type=int, help="torch threads on CPU (default: all cores)")
     p.add_argument("--budget", type=float, help="timing budget per case, seconds")
+    p.add_argument("--cpu-allocator", choices=("tcmalloc", "system"),
+                   help="allocator of CPU case processes (default tcmalloc where installed; "
+                        "see equibench/allocator.py)")
     p.add_argument("--out", help="write the result table (parquet) here")
     p.add_argument("--plugin", action="append", metavar="MODULE",
                    help="import MODULE first (an implementation kept outside this tree)")

@@ -5,7 +5,8 @@ repeats stop once the interquartile range is under ``target_iqr`` of the median 
 least ``min_repeats``) or when ``budget_s`` runs out. Peak memory is the growth of the
 process's resident set over its baseline (``VmHWM`` after resetting it through
 ``/proc/self/clear_refs``) during one call made after timing, which is only meaningful in a
-process of its own: the runner gives every case one.
+process of its own: the runner gives every case one. Which allocator serves a case
+process (tcmalloc by default) is the runner's choice: see ``allocator``.
 
 CUDA: CUDA events around each call, warm-up until two consecutive calls agree (compilation
 and autotuning done), and an L2 flush (writing a buffer twice the L2 size) before each call,
@@ -15,14 +16,14 @@ outside the timed region. Peak memory from the caching allocator after
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from equibench.allocator import release_free_memory
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,6 @@ def time_call(fn: Callable[[], object], cfg: MeasureConfig, device: str) -> Timi
     return time_cpu(fn, cfg)
 
 
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-
-
 def _status_kib(field_name: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
@@ -142,27 +140,10 @@ def rss_available() -> bool:
     return True
 
 
-def _release_freed_memory() -> None:
-    """Make glibc return freed memory to the OS from now on, and now.
-
-    glibc keeps freed blocks for reuse (and raises its mmap threshold as it sees large
-    frees), so the resident-set growth of a call would miss memory it reuses. With a fixed
-    small mmap threshold every large allocation is a fresh mapping, counted when touched.
-    This changes allocation speed, so it is applied only for the memory measurement, after
-    timing, in a process that runs nothing else afterwards.
-    """
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: the growth is then a lower bound
-
-
 def peak_memory(fn: Callable[[], object], device: str) -> tuple[int, str]:
     """Peak extra memory of one call of ``fn`` in bytes, and how it was measured.
 
-    On CPU, call it last in a case's process (see :func:`_release_freed_memory`).
+    On CPU, call it last in a case's process (see :func:`allocator.release_free_memory`).
     """
     if device.startswith("cuda"):
         dev = torch.device(device)
@@ -174,7 +155,7 @@ def peak_memory(fn: Callable[[], object], device: str) -> tuple[int, str]:
         return int(torch.cuda.max_memory_allocated(dev) - base), "cuda_allocator"
     if not rss_available():
         return -1, "unavailable"
-    _release_freed_memory()
+    release_free_memory()
     base = _status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current RSS

@@ -2,7 +2,8 @@
 
 A crash, an out-of-memory kill or a hang costs the case alone: the parent records it and
 goes on with the next case. Processes fork from a fork server that has already imported
-torch and e3nn, so a case does not pay the import again.
+torch and e3nn, so a case does not pay the import again; the fork server is started with
+the CPU allocator of the settings preloaded (``allocator``), so every case runs with it.
 """
 
 from __future__ import annotations
@@ -13,15 +14,17 @@ import math
 import multiprocessing as mp
 import signal
 import traceback
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from multiprocessing import forkserver
 from pathlib import Path
 
 import pandas as pd
 import torch
 from tqdm import tqdm
 
-from equibench import registry, results
+from equibench import allocator, registry, results
 from equibench.cases import Case
 from equibench.correctness import compare
 from equibench.environment import capture
@@ -41,6 +44,9 @@ class RunSettings:
     # this tree register themselves this way.
     plugins: tuple[str, ...] = ()
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    # CPU allocator of the case processes (allocator.CHOICES): tcmalloc reuses freed memory
+    # instead of page-faulting large tensors afresh on every call, as glibc does.
+    cpu_allocator: str = "tcmalloc"
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -124,6 +130,8 @@ def run_case(case: Case, settings: RunSettings) -> dict:
              for key, value in bench.extra.items()
              if key.endswith("_per_call") and isinstance(value, (int, float))}
     row["extra"] = {**bench.extra, **rates, "latency_s": median}
+    if case.device == "cpu":
+        row["extra"]["cpu_allocator"] = allocator.active()
     return {
         **row, "status": "ok",
         "time_median_s": median, "time_iqr_s": timing.iqr, "time_samples": timing.samples,
@@ -151,15 +159,25 @@ def _child(conn, case_dict: dict, settings_dict: dict) -> None:
     conn.close()
 
 
-def _context() -> mp.context.BaseContext:
+def _context(cpu_allocator: str = "tcmalloc") -> mp.context.BaseContext:
+    """The forkserver context; started here, with ``cpu_allocator`` preloaded, unless this
+    process already runs one (its case processes then keep the allocator it started with,
+    which their rows record)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["equibench.preload"])
+    library = allocator.preload_for(cpu_allocator)
+    if library is None and cpu_allocator == "tcmalloc":
+        warnings.warn(f"tcmalloc not found: CPU cases run with glibc's allocator, which "
+                      f"page-faults large tensors on every call; {allocator.INSTALL_HINT}",
+                      stacklevel=2)
+    with allocator.preloaded(library):
+        forkserver.ensure_running()
     return ctx
 
 
 def run_isolated(case: Case, settings: RunSettings, ctx=None) -> dict:
     """Run ``case`` in a fresh process; a crash or a timeout becomes a row, never an error."""
-    ctx = ctx or _context()
+    ctx = ctx or _context(settings.cpu_allocator)
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, case.to_dict(), asdict(settings)))
     proc.start()
@@ -196,7 +214,7 @@ def run_cases(
 ) -> pd.DataFrame:
     """Run every case in its own process and write one validated table atomically."""
     cases = list(cases)
-    ctx = _context()
+    ctx = _context(settings.cpu_allocator)
     devices = sorted({c.device for c in cases}) or ["cpu"]
     envs = {d: capture(d) for d in devices}
     rows = []
