@@ -47,7 +47,7 @@ def _rows(rng: np.random.Generator, commit: str, run_id: str) -> Iterator[dict]:
         cases += [("conv", "mace-large@qm9", i, "default", "forward", "float32", b)
                   for i in ("e3nn", "cuequivariance") for b in (8, 32)]
         cases += [("model", "se3t-qm9", "basis", v, "train_step", "float32", b)
-                  for v in ("baseline", "optimized") for b in (100, 240)]
+                  for v in ("baseline", "nvidia-default") for b in (100, 240)]
         cases += [("model", "mace-qm9", i, "default", "inference", "float32", b)
                   for i in ("e3nn", "openequivariance") for b in (16, 32)]
         for level, workload, impl, variant, direction, precision, batch in cases:
@@ -56,7 +56,7 @@ def _rows(rng: np.random.Generator, commit: str, run_id: str) -> Iterator[dict]:
             if impl == "openequivariance" and not gpu:
                 yield {**key, "status": "unavailable", "reason": "openequivariance needs a GPU"}
                 continue
-            factor = FACTOR[impl] * (0.05 if variant == "optimized" else 1.0)
+            factor = FACTOR[impl] * (0.05 if variant == "nvidia-default" else 1.0)
             median = (WORK[workload] * batch * factor * DIRECTION_FACTOR[direction]
                       * (2.0 if precision == "float64" else 1.0) / speed)
             samples = _samples(rng, median, 20)

@@ -119,9 +119,9 @@ def test_aggregate_max_takes_the_best_pair(frame):
 
 def test_absolute_claim_with_scale(frame):
     claim = _claim(quantity="throughput", denominator=None, scale=1e-3, unit="mol/ms",
-                   numerator={"workload": "se3t-qm9", "variant": "optimized", "batch": 240})
+                   numerator={"workload": "se3t-qm9", "variant": "nvidia-default", "batch": 240})
     result = _by_machine(claims.evaluate_claim(claim, frame))[A100]
-    rows = frame[(frame["workload"] == "se3t-qm9") & (frame["variant"] == "optimized")
+    rows = frame[(frame["workload"] == "se3t-qm9") & (frame["variant"] == "nvidia-default")
                  & (frame["batch"] == 240) & (frame["gpu_name"] == A100)]
     assert result.measured == pytest.approx(rows["throughput"].iloc[0] * 1e-3, rel=1e-6)
     assert "mol/ms" in claims.table([result]).loc[0, "claimed"]

@@ -12,10 +12,11 @@ import sys
 
 import pytest
 import torch
-from equibench.implementations.se3_transformer import graph_ops
+from equibench.implementations.se3_transformer import graph_ops, tfn
 from equibench.implementations.se3_transformer.bench import master_model, random_rotation
 from equibench.implementations.se3_transformer.model import SIZES, build_model, featurize
 from equibench.implementations.se3_transformer.switches import (
+    NVIDIA_DEFAULT,
     OPTIMIZED,
     PLAIN,
     VARIANTS,
@@ -94,6 +95,26 @@ def test_gradients_agree_across_parameterizations(graph_batch, master):
     for other in grads[1:]:
         for name, grad in other.items():
             torch.testing.assert_close(grad, grads[0][name], rtol=1e-9, atol=1e-12)
+
+
+def test_checkpointing_in_edge_chunks_keeps_the_gradients(graph_batch, master, monkeypatch):
+    """Low-memory mode recomputes the convolutions chunk by chunk in backward: the loss
+    and every gradient equal those of the same model without checkpointing."""
+    mol = featurize(graph_batch)
+    monkeypatch.setattr(tfn, "CHECKPOINT_EDGES", 16)
+    assert mol.n_edges > 3 * tfn.CHECKPOINT_EDGES
+    results = []
+    for switches in (NVIDIA_DEFAULT, OPTIMIZED):
+        model = build_model(SIZES[SIZE], switches, "basis", "cpu", torch.float64, master)
+        loss = model(mol).square().sum()
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    assert OPTIMIZED.low_memory and not NVIDIA_DEFAULT.low_memory
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    torch.testing.assert_close(loss_b, loss_a, rtol=1e-12, atol=0)
+    assert grads_a.keys() == grads_b.keys()
+    for name, grad in grads_b.items():
+        torch.testing.assert_close(grad, grads_a[name], rtol=1e-9, atol=1e-12, msg=name)
 
 
 def test_segment_softmax_sums_to_one_over_incoming_edges():

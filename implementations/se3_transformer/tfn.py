@@ -39,6 +39,10 @@ from .switches import Switches
 Fiber = dict[int, int]  # degree -> channels
 Features = dict[int, Tensor]
 BACKENDS = ("basis", "e3nn", "cuequivariance", "fused")
+# Edges per checkpointed chunk in low-memory mode. Per-edge work is independent, so the
+# chunks give the same messages; smaller chunks lower the peak and cost time (QM9 small
+# model, batch 512, 19k edges: 4096 -> 64 MiB, 2048 -> 52 MiB and 17 % more time).
+CHECKPOINT_EDGES = 4096
 
 
 @dataclass
@@ -276,10 +280,24 @@ class ConvSE3(nn.Module):
                 out[d] = out[d] + t if d in out else t
         return [out[d] for d in self.fiber_out]
 
+    def _checkpointed(self, edge_feats: Tensor, bases: dict, src: Tensor,
+                      *x: Tensor) -> list[Tensor]:
+        """``_edges`` under activation checkpointing, in chunks of ``CHECKPOINT_EDGES`` edges:
+        only the inputs are kept, and backward recomputes one chunk's intermediates at a
+        time, so its peak is a chunk's rather than the batch's (QM9 small model, 512
+        molecules, optimized: 142 MiB peak unchunked, 64 MiB in chunks)."""
+        parts = []
+        for start in range(0, src.shape[0], CHECKPOINT_EDGES):
+            edges = slice(start, start + CHECKPOINT_EDGES)
+            parts.append(checkpoint(self._edges, edge_feats[edges],
+                                    {k: v[edges] for k, v in bases.items()}, src[edges], *x,
+                                    use_reentrant=False))
+        return parts[0] if len(parts) == 1 else [torch.cat(p) for p in zip(*parts, strict=True)]
+
     def forward(self, x: Features, g: EdgeInputs) -> Features:
         args = (g.edge_feats, g.bases, g.edge_src, *(x[d] for d in self.fiber_in))
         if self.switches.low_memory and torch.is_grad_enabled():
-            messages = checkpoint(self._edges, *args, use_reentrant=False)
+            messages = self._checkpointed(*args)
         else:
             messages = self._edges(*args)
         out = dict(zip(self.fiber_out, messages, strict=True))
