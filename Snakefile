@@ -28,6 +28,7 @@ RUN = f"results/{CFG['name']}"
 
 include: "workflows/common.smk"
 include: "workflows/datasets.smk"
+include: "workflows/environments.smk"
 include: "workflows/benchmark.smk"
 include: "workflows/report.smk"
 

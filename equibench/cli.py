@@ -89,6 +89,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from equibench.runner import run_cases
 
     cfg = config_mod.load(args.config)
+    if args.environment:
+        from equibench import dgl_env
+
+        # Re-runs this command in the DGL environment when it is usable (never returns).
+        dgl_env.enter(args.environment, [
+            "sweep", "--config", args.config, "--suite", args.suite, "--implementation",
+            args.implementation, "--device", args.device, "--out", args.out,
+            *(["--quiet"] if args.quiet else [])])
     cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
     print(f"{len(cases)} cases: suite {args.suite}, {args.implementation}, {args.device}",
           flush=True)
@@ -96,6 +104,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         frame = run_cases(cases, _settings(args, cfg), args.out, progress=not args.quiet,
                           on_row=_log_row if args.quiet else None)
     _print_table(frame)
+    return 0
+
+
+def cmd_dgl_env(args: argparse.Namespace) -> int:
+    from equibench import dgl_env
+
+    status = dgl_env.build(args.status, args.log, args.venv)
+    print(f"DGL environment: {'ok, ' + status['python'] if status['ok'] else status['reason']}"
+          f"\n(status {args.status}, log {args.log})")
     return 0
 
 
@@ -221,8 +238,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--implementation", required=True)
     p.add_argument("--device", required=True)
     p.add_argument("--out", required=True, help="result table to write (parquet)")
+    p.add_argument("--environment", metavar="STATUS",
+                   help="status file of the DGL environment (equibench dgl-env): run there "
+                        "if it was built, else record why its cases cannot run")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("dgl-env", help="build the DGL environment of the +dgl variants "
+                                       "(scripts/make_dgl_env.sh) and record its status")
+    p.add_argument("--status", default="results/envs/dgl.json", help="status file to write")
+    p.add_argument("--log", default="results/envs/dgl.log", help="the build's output")
+    p.add_argument("--venv", default=".venv-dgl")
+    p.set_defaults(func=cmd_dgl_env)
 
     p = sub.add_parser("show", help="print a results table")
     p.add_argument("results", nargs="+", help="result files or directories")

@@ -55,12 +55,34 @@ def validate(config: Mapping) -> None:
         raise ConfigError(f"invalid configuration at {where}: {error.message}")
 
 
+# Suffix of the model variants that run their graph operations with DGL, whose wheels need
+# an environment of their own (workflows/environments.smk).
+DGL_SUFFIX = "+dgl"
+
+
+def environment(block: Mapping) -> str:
+    """The environment a suite's jobs run in: ``dgl`` for ``+dgl`` variants, else ``main``."""
+    return "dgl" if any(v.endswith(DGL_SUFFIX) for v in block.get("variants", [])) else "main"
+
+
+def _check_environments(config: Mapping) -> None:
+    for block in config["suites"]:
+        variants = block.get("variants", [])
+        dgl = [v for v in variants if v.endswith(DGL_SUFFIX)]
+        if dgl and len(dgl) != len(variants):
+            raise ConfigError(
+                f"suite {block['name']!r} mixes {DGL_SUFFIX} variants with others; the "
+                f"{DGL_SUFFIX} ones run in the DGL environment (torch 2.2): give them a suite "
+                "of their own")
+
+
 def resolve(config: Mapping) -> dict:
     """Merge the preset named by ``config['preset']`` under ``config`` and validate."""
     preset = config.get("preset", "quick")
     merged = deep_merge(yaml.safe_load(_preset_path(preset).read_text()) or {}, config)
     merged["preset"] = preset
     validate(merged)
+    _check_environments(merged)
     return merged
 
 

@@ -1,5 +1,7 @@
 """The whole workflow on a tiny configuration: Snakemake -> results table -> dashboard."""
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,12 +29,13 @@ TINY = {
 }
 
 
-def _snakemake(workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+def _snakemake(workdir: Path, *extra: str, env: dict | None = None
+               ) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("snakemake")
     return subprocess.run(
         [str(exe), "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
          "--cores", "2", "--configfile", str(workdir / "tiny.yaml"), *extra],
-        capture_output=True, text=True, timeout=900,
+        capture_output=True, text=True, timeout=900, env=env,
     )
 
 
@@ -71,6 +74,24 @@ def test_rerun_is_a_no_op(tiny_run):
     proc = _snakemake(tiny_run, "-n")
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_dgl_suite_records_why_its_environment_is_missing(tmp_path):
+    """The dgl_env rule runs the real build script; with the torch index unreachable (port 9
+    of this machine) it fails in seconds, and the suite's cases quote that failure."""
+    suite = {"name": "dgl", "level": "model", "workloads": ["se3t-qm9-small"],
+             "implementations": ["basis"], "variants": ["optimized+dgl"],
+             "directions": ["inference"], "precisions": ["float32"], "batches": [2]}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY, "suites": [suite]}))
+    env = {**os.environ, "EQUIBENCH_TORCH_INDEX": "http://127.0.0.1:9/simple"}
+    proc = _snakemake(tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    status = json.loads((tmp_path / "results/envs/dgl.json").read_text())
+    assert not status["ok"] and "make_dgl_env.sh failed" in status["reason"]
+    assert (tmp_path / ".venv-dgl").is_dir()  # built where the workflow runs, not in the repo
+    [row] = results.read(tmp_path / "results/tiny/results.parquet").to_dict("records")
+    assert row["status"] == "unavailable"
+    assert "the DGL environment could not be built: make_dgl_env.sh failed" in row["reason"]
 
 
 def test_bad_config_fails_before_any_job(tmp_path):

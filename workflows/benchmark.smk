@@ -41,6 +41,7 @@ rule bench:
     input:
         config=f"{RUN}/config.yaml",
         datasets=job_datasets,
+        environment=job_environment,
     output:
         f"{RUN}/cases/{{suite}}/{{impl}}/{{device}}.parquet",
     log:
@@ -52,9 +53,10 @@ rule bench:
         gpu=lambda wc: 1 if wc.device.startswith("cuda") else 0,
     params:
         device=lambda wc: from_path_name(wc.device),
+        environment=environment_flag,
     conda:
         "envs/equibench.yaml"
     shell:
         "equibench sweep --config {input.config} --suite {wildcards.suite} "
         "--implementation {wildcards.impl} "
-        "--device {params.device} --out {output} --quiet > {log} 2>&1"
+        "--device {params.device} {params.environment} --out {output} --quiet > {log} 2>&1"

@@ -64,6 +64,19 @@ CASE_FILES = [
 ]
 
 
+DGL_STATUS = "results/envs/dgl.json"
+
+
+def job_environment(wildcards):
+    """The DGL environment's status file for suites of `+dgl` variants, else nothing."""
+    needs_dgl = eqcfg.environment(eqcfg.suite(CFG, wildcards.suite)) == "dgl"
+    return [DGL_STATUS] if needs_dgl else []
+
+
+def environment_flag(wildcards):
+    return f"--environment {DGL_STATUS}" if job_environment(wildcards) else ""
+
+
 def job_datasets(wildcards):
     """Prepared datasets a job reads: conv graphs <tp>@qm9..., models <model>-qm9, ..."""
     workloads = eqcfg.suite(CFG, wildcards.suite)["workloads"]

@@ -9,6 +9,8 @@ cannot run where it does not import.
 
 from __future__ import annotations
 
+import os
+
 from torch import Tensor
 
 
@@ -18,8 +20,13 @@ def dgl_unavailable() -> str | None:
         import dgl  # noqa: F401
         import dgl.ops  # noqa: F401
     except Exception as err:  # noqa: BLE001 - a broken wheel raises more than ImportError
+        from equibench.dgl_env import ERROR_VARIABLE
+
+        built = os.environ.get(ERROR_VARIABLE)
         return (f"dgl does not import ({type(err).__name__}: {str(err)[:200]}); DGL wheels "
-                "need torch <= 2.2.1: scripts/make_dgl_env.sh builds that environment")
+                "need torch <= 2.2.1, in an environment of their own: "
+                + (built or "`equibench dgl-env` (scripts/make_dgl_env.sh) builds it and "
+                             "the workflow runs +dgl suites there"))
     return None
 
 

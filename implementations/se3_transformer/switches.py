@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from equibench.config import DGL_SUFFIX
+
 FUSE_LEVELS = ("none", "partial", "full")
-DGL_SUFFIX = "+dgl"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,76 @@
+"""The DGL environment: build status, hand-over of a sweep, and the reason its cases give."""
+
+import json
+import os
+import sys
+
+import pytest
+from equibench.implementations.se3_transformer import graph_ops
+
+from equibench import config, dgl_env
+
+DGL_IMPORTS = graph_ops.dgl_unavailable() is None
+
+
+def _suite(variants):
+    return {"name": "s", "level": "model", "workloads": ["se3t-qm9-small"],
+            "implementations": ["basis"], "variants": variants, "directions": ["inference"],
+            "precisions": ["float32"], "batches": [4]}
+
+
+def test_dgl_suites_are_their_own_environment():
+    cfg = config.resolve({"preset": "quick", "suites": [_suite(["optimized+dgl"])]})
+    assert config.environment(cfg["suites"][0]) == "dgl"
+    assert config.environment(_suite(["optimized"])) == "main"
+    with pytest.raises(config.ConfigError, match="suite of their own"):
+        config.resolve({"preset": "quick", "suites": [_suite(["optimized", "optimized+dgl"])]})
+
+
+def test_a_failed_build_is_recorded_with_its_reason(tmp_path, monkeypatch):
+    script = tmp_path / "make.sh"
+    script.write_text("echo fetching torch\necho 'no route to the torch index' >&2\nexit 3\n")
+    monkeypatch.setattr(dgl_env, "SCRIPT", script)
+    status = dgl_env.build(tmp_path / "dgl.json", tmp_path / "dgl.log", str(tmp_path / "v"))
+    assert not status["ok"] and "exit 3" in status["reason"]
+    assert "no route to the torch index" in status["reason"]
+    assert json.loads((tmp_path / "dgl.json").read_text()) == status
+    assert "fetching torch" in (tmp_path / "dgl.log").read_text()
+
+
+@pytest.mark.skipif(DGL_IMPORTS, reason="dgl imports here")
+def test_a_built_environment_without_dgl_is_not_ok(tmp_path, monkeypatch):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    script = tmp_path / "make.sh"
+    script.write_text("exit 0\n")
+    monkeypatch.setattr(dgl_env, "SCRIPT", script)
+    status = dgl_env.build(tmp_path / "dgl.json", tmp_path / "dgl.log", str(venv))
+    assert not status["ok"] and "dgl does not import" in status["reason"]
+
+
+@pytest.mark.skipif(DGL_IMPORTS, reason="dgl imports here")
+def test_cases_quote_why_the_environment_is_missing(tmp_path, monkeypatch):
+    monkeypatch.delenv(dgl_env.ERROR_VARIABLE, raising=False)
+    path = tmp_path / "dgl.json"
+    path.write_text(json.dumps({"ok": False, "python": "/nowhere/python",
+                                "reason": "torch 2.2.1 not on the index", "log": "x.log"}))
+    dgl_env.enter(path, ["sweep"])  # returns: nothing to hand over to
+    assert "torch 2.2.1 not on the index" in os.environ[dgl_env.ERROR_VARIABLE]
+    reason = graph_ops.dgl_unavailable()
+    assert "could not be built: torch 2.2.1 not on the index" in reason
+
+
+def test_status_problems_name_the_fix(tmp_path):
+    with pytest.raises(SystemExit, match="equibench dgl-env"):
+        dgl_env.read_status(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(SystemExit, match="delete it"):
+        dgl_env.read_status(bad)
+
+
+def test_an_ok_environment_that_is_this_one_runs_here(tmp_path):
+    path = tmp_path / "dgl.json"
+    path.write_text(json.dumps({"ok": True, "python": sys.executable, "reason": ""}))
+    dgl_env.enter(path, ["sweep"])  # already inside: returns instead of exec
