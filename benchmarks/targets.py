@@ -1,0 +1,130 @@
+"""Print the project's own performance targets, measured in one results table.
+
+    python benchmarks/targets.py [RESULTS] [--machine MACHINE_JSON]
+
+(defaults: ``results/quick/results.parquet`` and the ``machine.json`` beside it).
+
+Every figure is a ratio of two rows of the same run (same machine, same load), so it can
+be compared with its target; nothing here is timed. Targets (float32, CPU):
+
+- fused kernels: ``conv`` on ``mace-large`` forward and backward >= 10x faster than
+  ``e3nn`` and ``cuequivariance`` and >= 5x faster than ``e3nn-compiled``; bare ``tp``
+  forward on ``mace-large`` >= 5x faster than ``e3nn`` at every batch; ``conv`` peak
+  memory <= 1/4 of ``e3nn``'s; the fraction of the roofline bound (aim: >= 50 %);
+- SE(3)-Transformer: at the largest batch where both ran, ``optimized`` trains >= 5x
+  faster and with >= 5x less peak memory than ``baseline``.
+
+Exit status 0 whatever the verdicts: it reports, CI decides (``equibench compare``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from equibench import results
+
+CONV_WORKLOAD = "mace-large@qm9"
+TP_WORKLOAD = "mace-large"
+SE3T_WORKLOAD = "se3t-qm9-small"
+
+
+def _ok(frame: pd.DataFrame, **where: object) -> pd.DataFrame:
+    rows = frame[frame["status"] == "ok"]
+    for key, value in where.items():
+        rows = rows[rows[key] == value]
+    return rows
+
+
+def _one(frame: pd.DataFrame, **where: object) -> pd.Series | None:
+    rows = _ok(frame, **where)
+    return None if rows.empty else rows.iloc[0]
+
+
+def _line(name: str, value: float | None, target: float, unit: str = "x",
+          higher_is_better: bool = True) -> str:
+    if value is None:
+        return f"  {name:58s} {'missing':>9s}  (target {target:g}{unit})"
+    met = value >= target if higher_is_better else value <= target
+    return (f"  {name:58s} {value:9.2f}{unit}  target {'>=' if higher_is_better else '<='} "
+            f"{target:g}{unit}  {'met' if met else 'MISSED'}")
+
+
+def fused_kernels(frame: pd.DataFrame, peak_gflops: float | None) -> Iterator[str]:
+    yield "fused kernels (float32)"
+    conv = _ok(frame, level="conv", workload=CONV_WORKLOAD, precision="float32")
+    for direction in ("forward", "backward"):
+        for batch in sorted(conv["batch"].unique()):
+            fused = _one(conv, implementation="fused", direction=direction, batch=batch)
+            for peer, target in (("e3nn", 10), ("cuequivariance", 10), ("e3nn-compiled", 5)):
+                other = _one(conv, implementation=peer, direction=direction, batch=batch)
+                ratio = (other["time_median_s"] / fused["time_median_s"]
+                         if fused is not None and other is not None else None)
+                yield _line(f"conv {CONV_WORKLOAD} {direction} b={batch}: {peer} / fused",
+                            ratio, target)
+            e3nn = _one(conv, implementation="e3nn", direction=direction, batch=batch)
+            memory = (fused["peak_mem_bytes"] / e3nn["peak_mem_bytes"]
+                      if fused is not None and e3nn is not None and e3nn["peak_mem_bytes"] > 0
+                      else None)
+            yield _line(f"conv {CONV_WORKLOAD} {direction} b={batch}: peak memory fused / e3nn",
+                        memory, 0.25, "", higher_is_better=False)
+            if peak_gflops and fused is not None:
+                name = f"conv {CONV_WORKLOAD} {direction} b={batch}: roofline"
+                yield (f"  {name:58s} {100 * fused['gflops_per_s'] / peak_gflops:8.1f} %  "
+                       f"({fused['gflops_per_s']:.1f} of {peak_gflops:.0f} GFLOP/s; aim >= 50 %)")
+    tp = _ok(frame, level="tp", workload=TP_WORKLOAD, precision="float32", direction="forward")
+    for batch in sorted(tp["batch"].unique()):
+        fused = _one(tp, implementation="fused", batch=batch)
+        e3nn = _one(tp, implementation="e3nn", batch=batch)
+        ratio = (e3nn["time_median_s"] / fused["time_median_s"]
+                 if fused is not None and e3nn is not None else None)
+        yield _line(f"tp {TP_WORKLOAD} forward b={batch}: e3nn / fused", ratio, 5)
+
+
+def se3_transformer(frame: pd.DataFrame) -> Iterator[str]:
+    yield f"SE(3)-Transformer {SE3T_WORKLOAD}, basis backend (float32)"
+    rows = _ok(frame, level="model", workload=SE3T_WORKLOAD, implementation="basis",
+               precision="float32")
+    for direction in ("train_step", "inference"):
+        both = set(_ok(rows, variant="baseline", direction=direction)["batch"]) & set(
+            _ok(rows, variant="optimized", direction=direction)["batch"])
+        if not both:
+            yield f"  {direction}: no batch with both baseline and optimized rows"
+            continue
+        batch = max(both)
+        base = _one(rows, variant="baseline", direction=direction, batch=batch)
+        opt = _one(rows, variant="optimized", direction=direction, batch=batch)
+        speed = base["time_median_s"] / opt["time_median_s"]
+        memory = base["peak_mem_bytes"] / max(opt["peak_mem_bytes"], 1)
+        if direction == "train_step":
+            yield _line(f"{direction} b={batch}: time baseline / optimized", speed, 5)
+            yield _line(f"{direction} b={batch}: peak memory baseline / optimized", memory, 5)
+        else:  # no target: reported for the picture
+            yield (f"  {direction + f' b={batch}: time, memory baseline / optimized':58s} "
+                   f"{speed:9.2f}x {memory:.2f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results", nargs="?", default="results/quick/results.parquet")
+    parser.add_argument("--machine", help="machine probe JSON (default: next to the table)")
+    args = parser.parse_args(argv)
+    frame = results.read(args.results)
+    machine = Path(args.machine) if args.machine else Path(args.results).with_name(
+        "machine.json")
+    peak = None
+    if machine.exists():  # {"cpu": {"peak_gflops": {"float32": ...}}} (equibench probe)
+        peak = json.loads(machine.read_text()).get("cpu", {}).get("peak_gflops", {}).get(
+            "float32")
+    print(f"targets measured in {args.results}")
+    for line in (*fused_kernels(frame, peak), *se3_transformer(frame)):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
