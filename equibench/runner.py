@@ -66,8 +66,9 @@ def _build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     return build_bench(case, registry.get(case.implementation), dtype, seed)
 
 
-def _unavailable_reason(case: Case, precision) -> str | None:
-    """Why ``case`` cannot run here (implementation, device, direction, precision), or None."""
+def _implementation_unavailable(case: Case) -> str | None:
+    """Why the case's implementation cannot run on its device at all, or None: the same
+    answer for every case of that implementation, device and level (or model family)."""
     if case.level == "model":
         family = registry.model_family(case.workload)
         return (
@@ -75,27 +76,48 @@ def _unavailable_reason(case: Case, precision) -> str | None:
              else f"{family.prefix} has no backend {case.implementation!r}; backends: "
                   f"{', '.join(family.backends)}")
             or family.available(case.implementation, case.device)
-            or family.supports(case)
+        )
+    impl = registry.get(case.implementation)
+    return ((None if case.level in impl.levels else f"{impl.name} has no {case.level} level")
+            or impl.available(case.device))
+
+
+def _case_unavailable(case: Case, precision) -> str | None:
+    """Why this case in particular cannot run (direction, variant, precision), or None."""
+    if case.level == "model":
+        family = registry.model_family(case.workload)
+        return (
+            family.supports(case)
             or precision.check_device(case.device)
             or (None if precision.name in family.precisions
                 else f"{family.prefix} does not support {precision.name}")
         )
     impl = registry.get(case.implementation)
     return (
-        (None if case.level in impl.levels else f"{impl.name} has no {case.level} level")
-        or impl.available(case.device)
-        or impl.supports(case)
+        impl.supports(case)
         or precision.check_device(case.device)
         or (None if precision.name in impl.precisions
             else f"{impl.name} does not support {precision.name}")
     )
 
 
+# Sent with a case process's row when the implementation itself is unavailable: the runner
+# answers the other cases of that implementation with the row instead of starting a
+# process for each.
+WHOLE_IMPLEMENTATION = "_whole_implementation"
+
+
+def _implementation_key(case: Case) -> tuple[str, ...]:
+    # Model families are named by their workloads' prefix (ModelFamily.prefix).
+    family = case.workload.split("-")[0] if case.level == "model" else ""
+    return case.level, family, case.implementation, case.device
+
+
 def run_case(case: Case, settings: RunSettings) -> dict:
     """Run one case in this process and return its result fields (no provenance)."""
     row: dict = {**case.to_dict(), "threads": torch.get_num_threads()}
     precision = get_precision(case.precision)
-    reason = _unavailable_reason(case, precision)
+    reason = _implementation_unavailable(case) or _case_unavailable(case, precision)
     if reason:
         return {**row, "status": "unavailable", "reason": reason}
     try:
@@ -152,6 +174,8 @@ def _child(conn, case_dict: dict, settings_dict: dict) -> None:
         for module in settings.plugins:
             importlib.import_module(module)
         row = run_case(case, settings)
+        if row["status"] == "unavailable" and row["reason"] == _implementation_unavailable(case):
+            row[WHOLE_IMPLEMENTATION] = True
     except BaseException as err:  # noqa: BLE001 - report, then exit
         row = {**case.to_dict(), "status": "error",
                "reason": "".join(traceback.format_exception_only(err)).strip()[:2000]}
@@ -177,6 +201,11 @@ def _context(cpu_allocator: str = "tcmalloc") -> mp.context.BaseContext:
 
 def run_isolated(case: Case, settings: RunSettings, ctx=None) -> dict:
     """Run ``case`` in a fresh process; a crash or a timeout becomes a row, never an error."""
+    return _run_isolated(case, settings, ctx)[0]
+
+
+def _run_isolated(case: Case, settings: RunSettings, ctx=None) -> tuple[dict, bool]:
+    """``run_isolated``, and whether the row holds for every case of the implementation."""
     ctx = ctx or _context(settings.cpu_allocator)
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, case.to_dict(), asdict(settings)))
@@ -194,15 +223,17 @@ def run_isolated(case: Case, settings: RunSettings, ctx=None) -> dict:
         proc.join()
         if row is None:
             return {**case.to_dict(), "status": "error",
-                    "reason": f"timed out after {settings.timeout_s:.0f} s"}
+                    "reason": f"timed out after {settings.timeout_s:.0f} s"}, False
     if row is not None:
-        return row
+        whole = bool(row.pop(WHOLE_IMPLEMENTATION, False))
+        return row, whole
     code = proc.exitcode
     if code == -signal.SIGKILL:
         return {**case.to_dict(), "status": "oom",
-                "reason": "killed by SIGKILL, most likely the out-of-memory killer"}
+                "reason": "killed by SIGKILL, most likely the out-of-memory killer"}, False
     name = signal.Signals(-code).name if code and code < 0 else f"exit code {code}"
-    return {**case.to_dict(), "status": "error", "reason": f"case process crashed ({name})"}
+    return {**case.to_dict(), "status": "error",
+            "reason": f"case process crashed ({name})"}, False
 
 
 def run_cases(
@@ -218,11 +249,18 @@ def run_cases(
     devices = sorted({c.device for c in cases}) or ["cpu"]
     envs = {d: capture(d) for d in devices}
     rows = []
+    unavailable: dict[tuple[str, ...], dict] = {}
     bar = tqdm(cases, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
     for case in bar:
         bar.set_postfix_str(f"{case.implementation} {case.workload} {case.direction} "
                             f"{case.precision} b={case.batch}")
-        row = run_isolated(case, settings, ctx)
+        known = unavailable.get(_implementation_key(case))
+        if known is not None:
+            row = {**known, **case.to_dict()}
+        else:
+            row, whole = _run_isolated(case, settings, ctx)
+            if whole:
+                unavailable[_implementation_key(case)] = dict(row)
         row.update(envs[case.device], run_id=settings.run_id, config_hash=settings.config_hash,
                    timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
         rows.append(row)

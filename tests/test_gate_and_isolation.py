@@ -63,3 +63,38 @@ def test_crash_and_oom_are_recorded_and_the_sweep_goes_on(tmp_path):
     assert math.isnan(crash["time_median_s"])
     assert (tmp_path / "r.parquet").exists()
     assert frame["git_commit"].iloc[0] and frame["host"].iloc[0]
+
+
+def test_an_unavailable_implementation_costs_one_case_process(monkeypatch):
+    """The first case says the implementation cannot run on this device at all; the other
+    cases of that implementation reuse its row instead of starting a process each."""
+    from equibench import runner
+
+    started = []
+    real = runner._run_isolated
+
+    def counting(c, settings, ctx=None):
+        started.append(c)
+        return real(c, settings, ctx)
+
+    monkeypatch.setattr(runner, "_run_isolated", counting)
+    cases = [case(impl, d, p) for impl in ("openequivariance", "e3nn")
+             for d in ("forward", "backward") for p in ("float32", "float64")]
+    frame = run_cases(cases, SETTINGS, progress=False)
+    oeq = frame[frame["implementation"] == "openequivariance"]
+    assert len(oeq) == 4 and (oeq["status"] == "unavailable").all()
+    assert oeq["reason"].nunique() == 1 and "GPU" in oeq["reason"].iloc[0]
+    assert sorted(zip(oeq["direction"], oeq["precision"], strict=True)) == sorted(
+        (c.direction, c.precision) for c in cases[:4])
+    assert sum(c.implementation == "openequivariance" for c in started) == 1
+    # Case-level reasons (here: none) never stand for other cases: e3nn ran all four.
+    assert sum(c.implementation == "e3nn" for c in started) == 4
+    assert (frame[frame["implementation"] == "e3nn"]["status"] == "ok").all()
+
+
+def test_e3nn_compiled_passes_the_gate_and_declines_double_backward():
+    row = run_case(case("e3nn-compiled", "backward", "float32"), SETTINGS)
+    assert row["status"] == "ok", row.get("reason")
+    assert row["max_scaled_err"] <= row["tolerance"]
+    row = run_case(case("e3nn-compiled", "double_backward", "float32"), SETTINGS)
+    assert row["status"] == "unavailable" and "double backward" in row["reason"]
