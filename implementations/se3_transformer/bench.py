@@ -1,9 +1,10 @@
 """The ``se3t`` model family: SE(3)-Transformer cases for the runner.
 
-Workloads: ``se3t-qm9`` (the full NVIDIA QM9 recipe) and ``se3t-qm9-small`` (the reduced
-config of ``model.SIZES``). A case's ``batch`` molecules are a seeded sample of QM9 with
-RDKit bond graphs; its ``implementation`` is the TFN backend (``tfn.BACKENDS``), its
-``variant`` the switch set (``switches.VARIANTS``, optionally ``+dgl``).
+Workloads: ``se3t-qm9`` (the full NVIDIA QM9 recipe), ``se3t-qm9-medium`` and
+``se3t-qm9-small`` (the reduced configs of ``model.SIZES``). A case's ``batch`` molecules
+are a seeded sample of QM9 with RDKit bond graphs; its ``implementation`` is the TFN
+backend (``tfn.BACKENDS``), its ``variant`` the switch set (``switches.VARIANTS``,
+optionally ``+dgl``).
 
 Directions: ``inference`` (forward without autograd) and ``train_step`` (forward, L1
 loss on the standardized HOMO, backward, Adam step). Outside the timed call: data,
@@ -31,7 +32,7 @@ from .model import SIZES, MoleculeBatch, SE3TransformerPooled, build_model, feat
 from .switches import OPTIMIZED, variant_switches
 from .tfn import BACKENDS
 
-WORKLOADS = {"se3t-qm9": "full", "se3t-qm9-small": "small"}
+WORKLOADS = {"se3t-qm9": "full", "se3t-qm9-medium": "medium", "se3t-qm9-small": "small"}
 DIRECTIONS = ("inference", "train_step")
 # Gradients compared by the gate: the readout MLP's, which every variant names alike. Deeper
 # gradients pass through the max pooling, whose argmax can differ between float32 and
