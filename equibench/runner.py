@@ -115,9 +115,23 @@ def _implementation_key(case: Case) -> tuple[str, ...]:
 
 def run_case(case: Case, settings: RunSettings) -> dict:
     """Run one case in this process and return its result fields (no provenance)."""
+    return _run_case(case, settings)[0]
+
+
+def _run_case(case: Case, settings: RunSettings) -> tuple[dict, bool]:
+    """``run_case``, and whether its row holds for every case of the implementation."""
+    reason = _implementation_unavailable(case)
+    if reason:
+        return {**case.to_dict(), "threads": torch.get_num_threads(), "status": "unavailable",
+                "reason": reason}, True
+    return _run_available(case, settings), False
+
+
+def _run_available(case: Case, settings: RunSettings) -> dict:
+    """``run_case`` for an implementation that can run on the case's device."""
     row: dict = {**case.to_dict(), "threads": torch.get_num_threads()}
     precision = get_precision(case.precision)
-    reason = _implementation_unavailable(case) or _case_unavailable(case, precision)
+    reason = _case_unavailable(case, precision)
     if reason:
         return {**row, "status": "unavailable", "reason": reason}
     try:
@@ -173,8 +187,8 @@ def _child(conn, case_dict: dict, settings_dict: dict) -> None:
     try:
         for module in settings.plugins:
             importlib.import_module(module)
-        row = run_case(case, settings)
-        if row["status"] == "unavailable" and row["reason"] == _implementation_unavailable(case):
+        row, whole = _run_case(case, settings)
+        if whole:
             row[WHOLE_IMPLEMENTATION] = True
     except BaseException as err:  # noqa: BLE001 - report, then exit
         row = {**case.to_dict(), "status": "error",
