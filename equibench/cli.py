@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +29,18 @@ def _ints(text: str) -> list[int]:
         ) from None
 
 
+def _cpu_allocator(args: argparse.Namespace, cfg: dict | None = None) -> str:
+    return getattr(args, "cpu_allocator", None) or (cfg or {}).get("cpu_allocator", "tcmalloc")
+
+
+def _start_fork_server(args: argparse.Namespace, cfg: dict | None = None) -> None:
+    """Start the case processes' fork server before this process imports torch, so that
+    the two sets of imports overlap (``fork_server``)."""
+    from equibench import fork_server
+
+    fork_server.start(_cpu_allocator(args, cfg))
+
+
 def _settings(args: argparse.Namespace, cfg: dict | None = None):
     from equibench.measure import MeasureConfig
     from equibench.runner import RunSettings
@@ -44,8 +57,7 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None):
         timeout_s=cfg.get("timeout_s", 900.0),
         config_hash=config_mod.config_hash(cfg) if cfg else "",
         measure=measure,
-        cpu_allocator=getattr(args, "cpu_allocator", None) or cfg.get("cpu_allocator",
-                                                                    "tcmalloc"),
+        cpu_allocator=_cpu_allocator(args, cfg),
         plugins=tuple(cfg.get("plugins", [])) + tuple(getattr(args, "plugin", None) or []),
     )
 
@@ -72,6 +84,7 @@ def _log_row(row: dict) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    _start_fork_server(args)
     from equibench.runner import run_cases
 
     cases = list(expand(
@@ -85,9 +98,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from equibench.devices import exclusive
-    from equibench.runner import run_cases
-
     cfg = config_mod.load(args.config)
     if args.environment:
         from equibench import dgl_env
@@ -97,6 +107,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "sweep", "--config", args.config, "--suite", args.suite, "--implementation",
             args.implementation, "--device", args.device, "--out", args.out,
             *(["--quiet"] if args.quiet else [])])
+    _start_fork_server(args, cfg)
+    from equibench.devices import exclusive
+    from equibench.runner import run_cases
+
     cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
     print(f"{len(cases)} cases: suite {args.suite}, {args.implementation}, {args.device}",
           flush=True)
@@ -309,5 +323,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def entry() -> None:
+    """The console script: ``main``, then exit without Python's teardown, which takes 1-2 s
+    once torch and e3nn are imported (paid by every benchmark job). Results are written
+    atomically before this point and nothing else is left to clean up."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,9 +1,8 @@
 """Run cases: each in a process of its own, gated before it is timed.
 
 A crash, an out-of-memory kill or a hang costs the case alone: the parent records it and
-goes on with the next case. Processes fork from a fork server that has already imported
-torch and e3nn, so a case does not pay the import again; the fork server is started with
-the CPU allocator of the settings preloaded (``allocator``), so every case runs with it.
+goes on with the next case. Processes fork from a fork server (``fork_server``) that has
+already imported torch and e3nn and preloads the CPU allocator of the settings.
 """
 
 from __future__ import annotations
@@ -11,20 +10,17 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import math
-import multiprocessing as mp
 import signal
 import traceback
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from multiprocessing import forkserver
 from pathlib import Path
 
 import pandas as pd
 import torch
 from tqdm import tqdm
 
-from equibench import allocator, registry, results
+from equibench import allocator, fork_server, registry, results
 from equibench.cases import Case
 from equibench.correctness import compare
 from equibench.environment import capture
@@ -197,22 +193,6 @@ def _child(conn, case_dict: dict, settings_dict: dict) -> None:
     conn.close()
 
 
-def _context(cpu_allocator: str = "tcmalloc") -> mp.context.BaseContext:
-    """The forkserver context; started here, with ``cpu_allocator`` preloaded, unless this
-    process already runs one (its case processes then keep the allocator it started with,
-    which their rows record)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["equibench.preload"])
-    library = allocator.preload_for(cpu_allocator)
-    if library is None and cpu_allocator == "tcmalloc":
-        warnings.warn(f"tcmalloc not found: CPU cases run with glibc's allocator, which "
-                      f"page-faults large tensors on every call; {allocator.INSTALL_HINT}",
-                      stacklevel=2)
-    with allocator.preloaded(library):
-        forkserver.ensure_running()
-    return ctx
-
-
 def run_isolated(case: Case, settings: RunSettings, ctx=None) -> dict:
     """Run ``case`` in a fresh process; a crash or a timeout becomes a row, never an error."""
     return _run_isolated(case, settings, ctx)[0]
@@ -220,7 +200,7 @@ def run_isolated(case: Case, settings: RunSettings, ctx=None) -> dict:
 
 def _run_isolated(case: Case, settings: RunSettings, ctx=None) -> tuple[dict, bool]:
     """``run_isolated``, and whether the row holds for every case of the implementation."""
-    ctx = ctx or _context(settings.cpu_allocator)
+    ctx = ctx or fork_server.start(settings.cpu_allocator)
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, case.to_dict(), asdict(settings)))
     proc.start()
@@ -259,7 +239,7 @@ def run_cases(
 ) -> pd.DataFrame:
     """Run every case in its own process and write one validated table atomically."""
     cases = list(cases)
-    ctx = _context(settings.cpu_allocator)
+    ctx = fork_server.start(settings.cpu_allocator)
     devices = sorted({c.device for c in cases}) or ["cpu"]
     envs = {d: capture(d) for d in devices}
     rows = []
