@@ -66,6 +66,10 @@ def fused_kernels(frame: pd.DataFrame, peak_gflops: float | None) -> Iterator[st
                          if fused is not None and other is not None else None)
                 yield _line(f"conv {CONV_WORKLOAD} {direction} b={batch}: {peer} / fused",
                             ratio, target)
+                if other is not None and peer == "e3nn-compiled":
+                    first = results.extra(other).get("first_call_s")
+                    if first is not None:  # excluded from the ratio, reported beside it
+                        yield f"    (its first call, compilation included: {first:.1f} s)"
             e3nn = _one(conv, implementation="e3nn", direction=direction, batch=batch)
             memory = (fused["peak_mem_bytes"] / e3nn["peak_mem_bytes"]
                       if fused is not None and e3nn is not None and e3nn["peak_mem_bytes"] > 0

@@ -42,7 +42,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("time_iqr_s", "float", "interquartile range of the samples, seconds"),
     Column("time_samples", "list", "every timed sample, seconds"),
     Column("repeats", "int", "number of timed samples"),
-    Column("warmup_s", "float", "seconds spent in warm-up calls (includes compilation)"),
+    Column("warmup_s", "float", "seconds of the untimed warm-up calls after the first call"),
     Column("throughput", "float", "work items per second: batch / time_median_s"),
     Column("throughput_unit", "str", "what throughput counts, e.g. products/s"),
     Column("peak_mem_bytes", "int", "peak extra memory of one call, bytes (-1 unknown)"),

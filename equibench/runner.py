@@ -11,6 +11,7 @@ import datetime as dt
 import importlib
 import math
 import signal
+import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -137,7 +138,12 @@ def _run_available(case: Case, settings: RunSettings) -> dict:
                        tolerance=precision.tolerance, extra=bench.extra)
             # The gate: the first call of the implementation is compared with the float64
             # reference; a case that fails it is never timed.
-            gate = compare(bench.call(), bench.reference(), precision.tolerance)
+            start = time.perf_counter()
+            first = bench.call()
+            # The first call pays compilation, JIT and first-touch costs, which the timed
+            # calls exclude; it is reported (``extra.first_call_s``), never timed again.
+            first_call_s = time.perf_counter() - start
+            gate = compare(first, bench.reference(), precision.tolerance)
             row.update(max_abs_err=gate.max_abs_err, max_scaled_err=gate.max_scaled_err)
             if not gate.passed:
                 return {**row, "status": "incorrect", "reason": gate.message}
@@ -161,7 +167,7 @@ def _run_available(case: Case, settings: RunSettings) -> dict:
     rates = {f"{key[:-len('_per_call')]}_per_s": value / median
              for key, value in bench.extra.items()
              if key.endswith("_per_call") and isinstance(value, (int, float))}
-    row["extra"] = {**bench.extra, **rates, "latency_s": median}
+    row["extra"] = {**bench.extra, **rates, "latency_s": median, "first_call_s": first_call_s}
     if case.device == "cpu":
         row["extra"]["cpu_allocator"] = allocator.active()
     return {

@@ -34,7 +34,8 @@ class E3nn(Implementation):
 @register
 class E3nnCompiled(E3nn):
     name = "e3nn-compiled"
-    description = "e3nn o3.TensorProduct under torch.compile (inductor); compile time in warmup_s"
+    description = ("e3nn o3.TensorProduct under torch.compile (inductor); compile time in "
+                   "extra.first_call_s")
 
     def supports(self, case: Case) -> str | None:
         if case.direction == "double_backward":

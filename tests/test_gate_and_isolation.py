@@ -29,6 +29,8 @@ def test_e3nn_passes_its_own_gate(direction, precision):
     assert row["max_scaled_err"] <= row["tolerance"]
     assert row["time_median_s"] > 0 and row["repeats"] >= 2
     assert row["peak_mem_bytes"] >= 0
+    # The gated first call is reported apart from the timed samples.
+    assert row["extra"]["first_call_s"] > 0
 
 
 def test_gate_catches_a_wrong_implementation_and_never_times_it():

@@ -58,9 +58,10 @@ def equivariance_error(fn: TPFunction, problem: TPProblem, x: torch.Tensor, y: t
         torch.set_default_dtype(previous)
     dtype, device = x.dtype, x.device
     d1, d2, dout = (d.to(dtype=dtype, device=device) for d in ds)
-    with torch.no_grad():
-        rotated_after = fn(x, y, w) @ dout.T
-        rotated_before = fn(x @ d1.T, y @ d2.T, w)
+    # No torch.no_grad(): the inputs do not require gradients anyway, and torch.compile
+    # guards on the grad mode, so a compiled ``fn`` would be compiled again for it.
+    rotated_after = fn(x, y, w) @ dout.T
+    rotated_before = fn(x @ d1.T, y @ d2.T, w)
     diff = (rotated_after - rotated_before).abs().max().double()
     scale = max(float(rotated_after.abs().max()), 1.0)
     return float(diff) / scale
