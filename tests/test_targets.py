@@ -36,3 +36,19 @@ def test_printed_ratios_come_from_the_rows(capsys):
     assert f"{ratio:.2f}x" in line
     assert ("met" in line) == (ratio >= 10)
     assert "train_step b=" in out and "peak memory baseline / optimized" in out
+
+
+def test_roofline_bound_is_the_lower_of_peak_and_bandwidth_times_intensity(tmp_path, capsys):
+    machine = tmp_path / "machine.json"
+    # A slow memory system: every case of the baseline is then memory-bound.
+    machine.write_text('{"cpu": {"peak_gflops": {"float32": 1000.0}, "bandwidth_gbps": 1.0}}')
+    assert _targets().main([str(BASELINE), "--machine", str(machine)]) == 0
+    out = capsys.readouterr().out
+    frame = results.read(BASELINE)
+    row = frame[(frame["status"] == "ok") & (frame["precision"] == "float32")
+                & (frame["level"] == "conv") & (frame["workload"] == "mace-large@qm9")
+                & (frame["implementation"] == "fused") & (frame["direction"] == "forward")
+                & (frame["batch"] == 8)].iloc[0]
+    bound = 1.0 * row["flops"] / row["bytes"]
+    line = next(ln for ln in out.splitlines() if "conv mace-large@qm9 forward b=8: roofline" in ln)
+    assert f"{100 * row['gflops_per_s'] / bound:.1f} %" in line and "memory-bound" in line
