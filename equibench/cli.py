@@ -249,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "calls this)")
     p.add_argument("--config", required=True, help="configuration YAML")
     p.add_argument("--suite", required=True)
-    p.add_argument("--implementation", required=True)
+    p.add_argument("--implementation", required=True,
+                   help="one of the suite's implementations, or all of them: all")
     p.add_argument("--device", required=True)
     p.add_argument("--out", required=True, help="result table to write (parquet)")
     p.add_argument("--environment", metavar="STATUS",

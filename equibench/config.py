@@ -96,15 +96,24 @@ def config_hash(config: Mapping) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+# The implementation name of a per-suite job (``jobs: per-suite``): every implementation
+# of the suite, in its order.
+ALL_IMPLEMENTATIONS = "all"
+
+
 def jobs(config: Mapping) -> Iterator[tuple[str, str, str]]:
     """(suite, implementation, device) of every Snakemake benchmark job.
 
-    One job runs one implementation's sweep over a suite (every case still in a process of
-    its own): a job per case would pay the interpreter start-up hundreds of times.
+    One job runs one implementation's sweep over a suite, or with ``jobs: per-suite`` every
+    implementation's (implementation ``all``); every case still runs in a process of its
+    own. A job per case would pay the interpreter start-up hundreds of times.
     """
+    per_suite = config.get("jobs", "per-implementation") == "per-suite"
     for device in resolve_devices(config["device"]):
         for suite in config["suites"]:
-            for implementation in suite["implementations"]:
+            implementations = ([ALL_IMPLEMENTATIONS] if per_suite
+                               else suite["implementations"])
+            for implementation in implementations:
                 yield suite["name"], implementation, device
 
 
@@ -117,10 +126,12 @@ def suite(config: Mapping, name: str) -> Mapping:
 
 def suite_cases(config: Mapping, suite_name: str, implementation: str, device: str
                 ) -> list[Case]:
-    """The cases of one job, in a stable order."""
+    """The cases of one job, in a stable order (``implementation`` may be ``all``)."""
     block = suite(config, suite_name)
+    implementations = (block["implementations"] if implementation == ALL_IMPLEMENTATIONS
+                       else [implementation])
     return list(expand(
-        level=block["level"], workloads=block["workloads"], implementations=[implementation],
+        level=block["level"], workloads=block["workloads"], implementations=implementations,
         directions=block["directions"], precisions=block["precisions"],
         batches=block["batches"], device=device, variants=block.get("variants", ["default"]),
     ))

@@ -46,3 +46,23 @@ def test_suite_cases():
     assert {c.precision for c in cases} == {"float32", "float64"}
     assert {c.workload for c in cases} == {"mace-large", "nequip-benzene"}
     assert all(c.implementation == "e3nn" and c.device == "cpu" for c in cases)
+
+
+def test_per_suite_jobs_sweep_every_implementation_of_a_suite():
+    per_impl = config.resolve({"preset": "quick", "device": "cpu", "jobs": "per-implementation"})
+    per_suite = config.resolve({"preset": "quick", "device": "cpu", "jobs": "per-suite"})
+    assert len(list(config.jobs(per_suite))) == len(per_suite["suites"])
+    assert {impl for _, impl, _ in config.jobs(per_suite)} == {config.ALL_IMPLEMENTATIONS}
+    for suite in per_suite["suites"]:
+        every = config.suite_cases(per_suite, suite["name"], config.ALL_IMPLEMENTATIONS, "cpu")
+        one_by_one = [case for name, impl, device in config.jobs(per_impl)
+                      if name == suite["name"]
+                      for case in config.suite_cases(per_impl, name, impl, device)]
+        assert sorted(every) == sorted(one_by_one)
+
+
+def test_all_is_not_an_implementation_name():
+    with pytest.raises(config.ConfigError, match="implementations"):
+        config.resolve({"preset": "quick", "suites": [{
+            "name": "x", "level": "tp", "workloads": ["mace-large"], "implementations": ["all"],
+            "directions": ["forward"], "precisions": ["float32"], "batches": [8]}]})
