@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import torch
 
 from equibench.cases import Case
 from equibench.measure import MeasureConfig
@@ -100,3 +101,31 @@ def test_e3nn_compiled_passes_the_gate_and_declines_double_backward():
     assert row["max_scaled_err"] <= row["tolerance"]
     row = run_case(case("e3nn-compiled", "double_backward", "float32"), SETTINGS)
     assert row["status"] == "unavailable" and "double backward" in row["reason"]
+
+
+def test_cases_with_one_reference_key_share_one_reference(tmp_path):
+    from equibench.levels import Bench
+    from equibench.runner import _reference
+
+    computed = []
+
+    def bench(key):
+        def reference():
+            computed.append(key)
+            return {"out": torch.full((3,), float(len(computed)), dtype=torch.float64)}
+        return Bench(call=reference, reference=reference, items=1, unit="x", reference_key=key)
+
+    first = _reference(bench("tp|a"), str(tmp_path))
+    again = _reference(bench("tp|a"), str(tmp_path))
+    other = _reference(bench("tp|b"), str(tmp_path))
+    assert computed == ["tp|a", "tp|b"]
+    assert torch.equal(first["out"], again["out"]) and not torch.equal(first["out"], other["out"])
+    assert _reference(bench(None), str(tmp_path)) and computed[-1] is None  # no key: no cache
+
+
+def test_implementations_of_a_job_pass_the_gate_on_a_shared_reference():
+    cases = [case(impl, "backward", precision)
+             for impl in ("e3nn", "cuequivariance") for precision in ("float64", "float32")]
+    frame = run_cases(cases, SETTINGS, progress=False)
+    assert (frame["status"] == "ok").all(), frame["reason"].tolist()
+    assert (frame["max_scaled_err"] <= frame["tolerance"]).all()

@@ -15,7 +15,8 @@ class Bench:
     """Everything the runner needs to gate, measure and describe one case.
 
     ``call`` is the timed call; it returns the named outputs that the gate compares with
-    ``reference()`` (computed in float64 with e3nn on the same inputs).
+    ``reference()`` (computed in float64 with e3nn on the same inputs). Cases with the same
+    ``reference_key`` have the same reference, which a job then computes once.
     """
 
     call: Callable[[], Outputs]
@@ -26,3 +27,11 @@ class Bench:
     bytes: float = float("nan")
     equivariance: Callable[[], float] | None = None
     extra: dict = field(default_factory=dict)
+    reference_key: str | None = None
+
+
+def input_key(level: str, workload: str, direction: str, batch: int, seed: int,
+              device: str) -> str:
+    """``Bench.reference_key`` of a level whose inputs and float64 reference depend on these
+    alone (not on the implementation or the precision under test)."""
+    return f"{level}|{workload}|{direction}|{batch}|{seed}|{device}"

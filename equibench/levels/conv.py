@@ -29,7 +29,7 @@ from e3nn import o3
 from equibench.cases import Case
 from equibench.convolution import gather_tp_scatter
 from equibench.cost import conv_bytes, tp_cost
-from equibench.levels import Bench
+from equibench.levels import Bench, input_key
 from equibench.levels.directions import directional_call
 from equibench.levels.tp import equivariance_error
 from equibench.registry import Implementation
@@ -189,6 +189,8 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
                "real_edges": real_edges, "blocks": graph.blocks,
                "padding_efficiency": graph.padding_efficiency,
                "paths": len(problem.instructions), "mode": problem.mode},
+        reference_key=input_key(case.level, case.workload, case.direction, case.batch, seed,
+                                case.device),
     )
 
 

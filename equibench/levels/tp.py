@@ -7,7 +7,7 @@ from e3nn import o3
 
 from equibench.cases import Case
 from equibench.cost import tp_bytes, tp_cost
-from equibench.levels import Bench
+from equibench.levels import Bench, input_key
 from equibench.levels.directions import directional_call
 from equibench.registry import Implementation, TPFunction
 from equibench.workloads import TPProblem, get_tp_workload
@@ -91,4 +91,6 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
                                                  seed + 1))
         if case.direction == "forward" else None,
         extra={"paths": len(problem.instructions), "mode": problem.mode},
+        reference_key=input_key(case.level, case.workload, case.direction, case.batch, seed,
+                                case.device),
     )
