@@ -11,7 +11,6 @@ import datetime as dt
 import hashlib
 import importlib
 import math
-import os
 import signal
 import tempfile
 import time
@@ -28,6 +27,7 @@ from equibench import allocator, fork_server, registry, results
 from equibench.cases import Case
 from equibench.correctness import compare
 from equibench.environment import capture
+from equibench.files import atomic_write
 from equibench.levels import Bench
 from equibench.measure import MeasureConfig, peak_memory, time_call
 from equibench.precision import get_precision, precision_mode
@@ -197,9 +197,8 @@ def _reference(bench: Bench, directory: str) -> dict:
     if path.exists():
         return torch.load(path)
     reference = bench.reference()
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    torch.save({name: t.detach() for name, t in reference.items()}, tmp)
-    os.replace(tmp, path)  # atomic: another case never reads half a file
+    with atomic_write(path) as handle:  # another case never reads half a file
+        torch.save({name: t.detach() for name, t in reference.items()}, handle)
     return reference
 
 
