@@ -5,7 +5,9 @@
 (defaults: ``results/quick/results.parquet`` and the ``machine.json`` beside it).
 
 Every figure is a ratio of two rows of the same run (same machine, same load), so it can
-be compared with its target; nothing here is timed. Targets (float32, CPU):
+be compared with its target; nothing here is timed. Rows timed in interleaved rounds give
+the median of the per-round ratios with its interquartile range in brackets; others (timed
+apart) the ratio of medians, marked ``unpaired``. Targets (float32, CPU):
 
 - fused kernels: ``conv`` on ``mace-large`` forward and backward >= 10x faster than
   ``e3nn`` and ``cuequivariance`` and >= 5x faster than ``e3nn-compiled``; bare ``tp``
@@ -28,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from equibench import results
+from equibench.paired import ratio as paired_ratio
 
 CONV_WORKLOAD = "mace-large@qm9"
 TP_WORKLOAD = "mace-large"
@@ -46,13 +49,24 @@ def _one(frame: pd.DataFrame, **where: object) -> pd.Series | None:
     return None if rows.empty else rows.iloc[0]
 
 
-def _line(name: str, value: float | None, target: float, unit: str = "x",
-          higher_is_better: bool = True) -> str:
+def _ratio(slower: pd.Series | None, faster: pd.Series | None
+           ) -> tuple[float, float, float, bool] | None:
+    """Time ratio of two rows (``paired.ratio``), None when one is missing."""
+    return None if slower is None or faster is None else paired_ratio(slower, faster)
+
+
+def _line(name: str, value: float | tuple[float, float, float, bool] | None, target: float,
+          unit: str = "x", higher_is_better: bool = True) -> str:
     if value is None:
         return f"  {name:58s} {'missing':>9s}  (target {target:g}{unit})"
+    spread = ""
+    if isinstance(value, tuple):
+        value, q1, q3, paired = value
+        spread = f" [{q1:.2f}-{q3:.2f}]" if paired else " unpaired"
     met = value >= target if higher_is_better else value <= target
-    return (f"  {name:58s} {value:9.2f}{unit}  target {'>=' if higher_is_better else '<='} "
-            f"{target:g}{unit}  {'met' if met else 'MISSED'}")
+    return (f"  {name:58s} {value:9.2f}{unit}{spread}  target "
+            f"{'>=' if higher_is_better else '<='} {target:g}{unit}  "
+            f"{'met' if met else 'MISSED'}")
 
 
 def fused_kernels(frame: pd.DataFrame, machine: dict | None) -> Iterator[str]:
@@ -63,10 +77,8 @@ def fused_kernels(frame: pd.DataFrame, machine: dict | None) -> Iterator[str]:
             fused = _one(conv, implementation="fused", direction=direction, batch=batch)
             for peer, target in (("e3nn", 10), ("cuequivariance", 10), ("e3nn-compiled", 5)):
                 other = _one(conv, implementation=peer, direction=direction, batch=batch)
-                ratio = (other["time_median_s"] / fused["time_median_s"]
-                         if fused is not None and other is not None else None)
                 yield _line(f"conv {CONV_WORKLOAD} {direction} b={batch}: {peer} / fused",
-                            ratio, target)
+                            _ratio(other, fused), target)
                 if other is not None and peer == "e3nn-compiled":
                     first = results.extra(other).get("first_call_s")
                     if first is not None:  # excluded from the ratio, reported beside it
@@ -84,9 +96,8 @@ def fused_kernels(frame: pd.DataFrame, machine: dict | None) -> Iterator[str]:
     for batch in sorted(tp["batch"].unique()):
         fused = _one(tp, implementation="fused", batch=batch)
         e3nn = _one(tp, implementation="e3nn", batch=batch)
-        ratio = (e3nn["time_median_s"] / fused["time_median_s"]
-                 if fused is not None and e3nn is not None else None)
-        yield _line(f"tp {TP_WORKLOAD} forward b={batch}: e3nn / fused", ratio, 5)
+        yield _line(f"tp {TP_WORKLOAD} forward b={batch}: e3nn / fused", _ratio(e3nn, fused),
+                    5)
         if machine and fused is not None:
             yield _roofline(f"tp {TP_WORKLOAD} forward b={batch}: roofline", fused, machine)
 
@@ -123,14 +134,14 @@ def _se3t_ratios(rows: pd.DataFrame) -> Iterator[str]:
         batch = max(both)
         base = _one(rows, variant="baseline", direction=direction, batch=batch)
         opt = _one(rows, variant="optimized", direction=direction, batch=batch)
-        speed = base["time_median_s"] / opt["time_median_s"]
+        speed = _ratio(base, opt)
         memory = base["peak_mem_bytes"] / max(opt["peak_mem_bytes"], 1)
         if direction == "train_step":
             yield _line(f"{direction} b={batch}: time baseline / optimized", speed, 5)
             yield _line(f"{direction} b={batch}: peak memory baseline / optimized", memory, 5)
         else:  # no target: reported for the picture
             yield (f"  {direction + f' b={batch}: time, memory baseline / optimized':58s} "
-                   f"{speed:9.2f}x {memory:.2f}x")
+                   f"{speed[0]:9.2f}x {memory:.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:

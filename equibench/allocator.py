@@ -13,7 +13,7 @@ split the freed block and the next large one is mapped afresh.
 tcmalloc is ``libtcmalloc_minimal.so.4`` (Debian/Ubuntu: ``apt install
 libtcmalloc-minimal4``; conda: ``gperftools``), preloaded into the runner's forkserver, so
 every case process inherits it. The allocator a case actually ran with is recorded in its
-row (``extra["cpu_allocator"]``).
+row (its ``cpu_allocator`` column).
 """
 
 from __future__ import annotations

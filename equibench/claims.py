@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from equibench.compare import KEY_COLUMNS, machine_labels, samples_of
+from equibench.compare import KEY_COLUMNS, machine_labels
+from equibench.paired import is_paired, samples_of
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -157,6 +158,7 @@ class _Bootstrap:
         self.resamples = resamples
         self.rng = np.random.default_rng(seed)
         self._cache: dict[int, np.ndarray] = {}
+        self._round_picks: dict[str, np.ndarray] = {}
 
     def point(self, row: pd.Series) -> float:
         if self.quantity == "throughput":
@@ -171,6 +173,22 @@ class _Bootstrap:
         if index not in self._cache:
             self._cache[index] = self._draw(row)
         return self._cache[index]
+
+    def paired(self, num: pd.Series, den: pd.Series) -> tuple[float, np.ndarray]:
+        """Ratio of two rows timed in the same interleaved rounds, oriented as ``_pair_value``
+        orients it (> 1 favours the numerator): the median of the per-round ratios, and
+        replicates that resample the rounds (the same picks for every row of those rounds,
+        so that shared rows move consistently)."""
+        t_num = np.asarray(num["round_times_s"], dtype=float)
+        t_den = np.asarray(den["round_times_s"], dtype=float)
+        ratios = t_den / t_num  # time: lower is better
+        if self.quantity == "throughput":  # items per second
+            ratios = ratios * (num["batch"] / den["batch"])
+        picks = self._round_picks.get(num["rounds_id"])
+        if picks is None:
+            picks = self.rng.integers(0, ratios.size, size=(self.resamples, ratios.size))
+            self._round_picks[num["rounds_id"]] = picks
+        return float(np.median(ratios)), np.median(ratios[picks], axis=1)
 
     def _draw(self, row: pd.Series) -> np.ndarray:
         if self.quantity not in ("throughput", "time"):
@@ -209,6 +227,8 @@ def _pair_value(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, pair: pd.Serie
     if claim.denominator is None:
         return point * claim.scale, reps * claim.scale
     den = ok.loc[pair["den_index"]]
+    if claim.quantity in ("throughput", "time") and is_paired(num, den):
+        return boot.paired(num, den)
     den_point, den_reps = boot.point(den), boot.replicates(pair["den_index"], den)
     if claim.higher_is_better:
         return point / den_point, reps / den_reps

@@ -46,9 +46,10 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None):
     from equibench.runner import RunSettings
 
     cfg = cfg or {}
-    measure = MeasureConfig(**cfg.get("measure", {}))
-    if getattr(args, "budget", None) is not None:
-        measure = MeasureConfig(**{**measure.__dict__, "budget_s": args.budget})
+    overrides = {key: value for key, value in (("budget_s", getattr(args, "budget", None)),
+                                               ("rounds", getattr(args, "rounds", None)))
+                 if value is not None}
+    measure = MeasureConfig(**{**cfg.get("measure", {}), **overrides})
     return RunSettings(
         run_id=getattr(args, "run_id", None) or cfg.get("name", "adhoc"),
         threads=args.threads if getattr(args, "threads", None) is not None
@@ -224,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run one case or a small sweep given on the command line",
                        description="Run the cartesian product of the given values; each "
-                                   "value list is comma-separated.")
+                                   "value list is comma-separated. The implementations and "
+                                   "variants of each case are timed in interleaved rounds.")
     p.add_argument("--level", choices=LEVELS, default="tp")
     p.add_argument("--workload", required=True, help="e.g. mace-large,nequip-benzene")
     p.add_argument("--implementation", required=True, help="e.g. e3nn,e3nn-compiled")
@@ -236,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")
     p.add_argument("--threads", type=int, help="torch threads on CPU (default: all cores)")
     p.add_argument("--budget", type=float, help="timing budget per case, seconds")
+    p.add_argument("--rounds", type=int,
+                   help="interleaved timing rounds (default 7): the implementations of each "
+                        "case are timed round by round, in a fresh order each round")
     p.add_argument("--cpu-allocator", choices=("tcmalloc", "system"),
                    help="allocator of CPU case processes (default tcmalloc where installed; "
                         "see equibench/allocator.py)")

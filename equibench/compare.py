@@ -1,25 +1,34 @@
 """Regression checks between two result tables (a baseline and a new run).
 
-Cases are matched on their key columns; three metrics are compared per case:
+Cases are matched on their key columns plus the torch thread count and the CPU allocator
+(``MATCH_COLUMNS``): a run with another allocator is another measurement, not a code change.
+Per case:
 
-- ``speedup vs <reference>``: each implementation's speedup over the reference
-  implementation measured in the same run (``t_ref / t_impl``). Machine-independent, so a
-  baseline from one machine can check a run on another. Its samples are the
-  implementation's samples normalised by the same run's reference median.
-- ``time``: the raw median, only where both rows ran on the same machine (same host, CPU
-  model and GPU name): raw times from different machines say nothing about the code.
+- ``status``: a case that was ``ok`` and is not any more (``incorrect``, ``error``, ``oom``,
+  ``unavailable``), or any change to a worse status, is a regression, and so is a case of
+  the baseline that the new run lacks. These need no statistics.
+- ``speedup vs <reference>``: the case's speedup over the reference row of its comparison
+  group measured in the same run (the ``e3nn`` row of the same variant; in a group without
+  one, the group's first row by implementation and variant). Rows timed in interleaved
+  rounds give one paired ratio per round (``equibench.paired``), which cancels the
+  machine's drift; the test then compares the baseline's per-round ratios with the new
+  run's. Machine-independent, so a baseline from one machine can check a run on another:
+  such a comparison is labelled ``across machines`` and uses nothing else.
+- ``time``: the raw median, only where both rows ran on the same machine. On a shared
+  machine whose speed drifts between runs it can be made report-only (``time_gate``).
 - ``peak memory``: same machine only.
 
-A change counts only when it passes the ratio threshold *and* a one-sided Mann-Whitney U
-test on the raw samples gives p < alpha (asv's rule). With alpha 0.05 the test needs 3
-samples on one side and 4 on the other (3 against 3 cannot get below p = 1/20), so cases
-with fewer repeats are never flagged. A row without samples (imported without
-``--benchmark-save-data``) is decided by the threshold alone, as is peak memory, which is
-one number per case: there an absolute floor stands in for the test, because resident-set
-growth moves by whole pages.
+A change counts only when it passes the ratio threshold *and* a one-sided test gives
+p < alpha (asv's rule): a Mann-Whitney U test on the samples where the sample counts can
+reach alpha at all (3 against 3 cannot get below p = 1/20), else Welch's t-test on their
+logarithms, so that a large change between rows of 3 samples is still seen. A row without
+samples is decided by the threshold alone, as is peak memory, which is one number per
+case: there an absolute floor stands in for the test, because resident-set growth moves by
+whole pages. Every change reports ``detectable``: the smallest factor that its samples,
+with their spread and their count, would have flagged (the noise floor).
 
 This module also holds the helpers that claims and history share: the case key, a row's
-machine label and its timing samples.
+machine label.
 """
 
 from __future__ import annotations
@@ -30,14 +39,22 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.stats import mannwhitneyu
+from scipy.stats import mannwhitneyu, ttest_ind
 
 from equibench.cases import KEY_FIELDS
+from equibench.paired import samples_of, speedup_samples
 
 KEY_COLUMNS: tuple[str, ...] = KEY_FIELDS
+MATCH_COLUMNS: tuple[str, ...] = (*KEY_FIELDS, "threads", "cpu_allocator")
 SAME_MACHINE = ("host", "cpu_model", "gpu_name")
+# The implementations and variants of one group are compared with each other (runner's
+# comparison_key, plus what else makes a measurement).
+GROUP_COLUMNS = ("level", "workload", "direction", "precision", "batch", "device", "threads",
+                 "cpu_allocator", "run_id", *SAME_MACHINE)
 REFERENCE = "e3nn"
 MIN_MEM_DELTA_BYTES = 4 * 2**20
+# Worse statuses rank higher: a change to a higher rank is a regression.
+STATUS_RANK = {"ok": 0, "unavailable": 1, "incorrect": 2, "oom": 2, "error": 2}
 
 
 def machine_labels(frame: pd.DataFrame) -> pd.Series:
@@ -51,23 +68,17 @@ def machine_labels(frame: pd.DataFrame) -> pd.Series:
     return gpu.where(gpu != "", cpu)
 
 
-def samples_of(row: pd.Series, suffix: str = "") -> np.ndarray:
-    """A row's timing samples; its median alone when the samples were not kept.
-
-    ``suffix`` picks one side of a merged row (``time_samples_b``, ...).
-    """
-    samples = np.asarray(row[f"time_samples{suffix}"], dtype=float)
-    if samples.size:
-        return samples
-    return np.array([row[f"time_median_s{suffix}"]], dtype=float)
+def latest(frame: pd.DataFrame, keys: Iterable[str]) -> pd.DataFrame:
+    """One row per ``keys``: the most recent when a table holds several runs."""
+    out = frame.copy()
+    out["machine"] = machine_labels(out)
+    out = out.sort_values("timestamp", kind="stable")
+    return out.drop_duplicates(list(keys), keep="last")
 
 
 def latest_ok(frame: pd.DataFrame) -> pd.DataFrame:
     """Ok rows, one per case and machine: the most recent when a table holds several runs."""
-    ok = frame[frame["status"] == "ok"].copy()
-    ok["machine"] = machine_labels(ok)
-    ok = ok.sort_values("timestamp", kind="stable")
-    return ok.drop_duplicates([*KEY_COLUMNS, *SAME_MACHINE], keep="last")
+    return latest(frame[frame["status"] == "ok"], [*MATCH_COLUMNS, *SAME_MACHINE])
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,9 @@ class Change:
     new: float
     p_value: float  # NaN when the metric has no samples to test
     verdict: str  # regression, improvement, unchanged
+    detectable: float = math.nan  # smallest worse_by its samples could flag
+    note: str = ""
+    gates: bool = True  # whether a regression of this metric fails the check
 
     @property
     def ratio(self) -> float:
@@ -91,31 +105,112 @@ class Change:
         """Factor by which the metric got worse (> 1 worse, < 1 better)."""
         return 1 / self.ratio if self.higher_is_better else self.ratio
 
+    @property
+    def fails(self) -> bool:
+        return self.verdict == "regression" and self.gates
 
-def _case_label(row: pd.Series) -> str:
+
+def case_label(row: pd.Series) -> str:
     variant = "" if row["variant"] == "default" else f"[{row['variant']}]"
     return (f"{row['level']}/{row['workload']}{variant} {row['implementation']} "
             f"{row['direction']} {row['precision']} b={row['batch']} {row['device']}")
 
 
-def _judge(worse_by: float, a: np.ndarray, b: np.ndarray, threshold: float,
-           alpha: float) -> tuple[str, float]:
-    """Verdict and p-value of a change; ``a`` stochastically greater than ``b`` means worse.
+def _p_value(worse: np.ndarray, better: np.ndarray, side: str, alpha: float) -> float:
+    """One-sided p-value that ``worse`` is stochastically greater (``side`` "greater") or
+    smaller ("less") than ``better``; NaN without two samples a side."""
+    n, m = worse.size, better.size
+    if n < 2 or m < 2:
+        return math.nan
+    if 1 / math.comb(n + m, n) < alpha:
+        return float(mannwhitneyu(worse, better, alternative=side).pvalue)
+    # Too few samples for any rank order to reach alpha: Welch's t-test on the logarithms
+    # (times and ratios are log-normal-ish) can still see a change far beyond the spread.
+    lw, lb = np.log(worse), np.log(better)
+    if np.ptp(lw) == 0 and np.ptp(lb) == 0:
+        differs = lw[0] > lb[0] if side == "greater" else lw[0] < lb[0]
+        return 0.0 if differs else 1.0
+    return float(ttest_ind(lw, lb, equal_var=False, alternative=side).pvalue)
 
-    The rank test runs only when the ratio passes the threshold (the one-sided test in the
+
+def _judge(base: np.ndarray, new: np.ndarray, threshold: float, alpha: float
+           ) -> tuple[str, float, float]:
+    """Verdict, p-value and detectable factor of a change between samples of a cost (higher
+    is worse: times, or inverse speedups).
+
+    The test runs only when the ratio of medians passes the threshold (one-sided, in the
     ratio's direction). Without two samples a side it cannot speak, and the threshold alone
     decides, as asv does for benchmarks without samples.
     """
+    worse_by = float(np.median(new) / np.median(base))
+    detectable = _detectable(base, new, threshold, alpha)
     if worse_by >= threshold:
         side, verdict = "greater", "regression"
     elif worse_by <= 1 / threshold:
         side, verdict = "less", "improvement"
     else:
-        return "unchanged", math.nan
-    if a.size < 2 or b.size < 2:
-        return verdict, math.nan
-    p = float(mannwhitneyu(a, b, alternative=side).pvalue)
-    return (verdict if p < alpha else "unchanged"), p
+        return "unchanged", math.nan, detectable
+    p = _p_value(new, base, side, alpha)
+    if math.isnan(p):
+        return verdict, p, detectable
+    return (verdict if p < alpha else "unchanged"), p, detectable
+
+
+def _detectable(base: np.ndarray, new: np.ndarray, threshold: float, alpha: float) -> float:
+    """The smallest slow-down factor this comparison would flag: the new samples, moved to
+    the base's median and then slowed by the factor, must pass the threshold and the test.
+    ``inf`` when no factor up to 1000 would."""
+    if base.size < 2 or new.size < 2:
+        return threshold
+    centred = new * (np.median(base) / np.median(new))
+
+    def flagged(factor: float) -> bool:
+        return _p_value(centred * factor, base, "greater", alpha) < alpha
+
+    low, high = threshold, 1000.0
+    if flagged(low):
+        return low
+    if not flagged(high):
+        return math.inf
+    for _ in range(30):  # bisection in log space: 2^-30 of the range
+        mid = math.sqrt(low * high)
+        low, high = (low, mid) if flagged(mid) else (mid, high)
+    return high
+
+
+def _reference_index(group: pd.DataFrame, row: pd.Series, reference: str):
+    """Index of the row that ``row`` is compared with in its group, or None for the
+    reference itself."""
+    same_variant = group[(group["implementation"] == reference)
+                         & (group["variant"] == row["variant"])]
+    if len(same_variant):
+        index = same_variant.index[0]
+    else:
+        index = group.sort_values(["implementation", "variant"]).index[0]
+    return None if index == row.name else index
+
+
+def relative(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+    """Each ok row with its speedup over its group's reference row (same run, machine,
+    threads, allocator): columns ``reference`` (the reference's implementation[variant]),
+    ``ref_time_s``, ``speedup_samples``, ``speedup`` and ``paired``."""
+    ok = latest_ok(frame)
+    out = []
+    for _, group in ok.groupby(list(GROUP_COLUMNS), dropna=False, sort=False):
+        for _, row in group.iterrows():
+            index = _reference_index(group, row, reference)
+            if index is None:
+                continue
+            ref = group.loc[index]
+            samples, paired = speedup_samples(row, ref)
+            speedup = (float(np.median(samples)) if paired
+                       else ref["time_median_s"] / row["time_median_s"])
+            variant = "" if ref["variant"] == "default" else f"[{ref['variant']}]"
+            out.append({**row.to_dict(), "reference": f"{ref['implementation']}{variant}",
+                        "ref_time_s": ref["time_median_s"], "speedup_samples": samples,
+                        "speedup": speedup, "paired": paired})
+    columns = [*ok.columns, "reference", "ref_time_s", "speedup_samples", "speedup", "paired"]
+    return pd.DataFrame(out, columns=columns)
 
 
 def speedups(frame: pd.DataFrame, reference: str = REFERENCE,
@@ -123,24 +218,35 @@ def speedups(frame: pd.DataFrame, reference: str = REFERENCE,
     """Each ok row joined with the row of the same case, run and machine whose ``column``
     is ``reference`` (by default: the reference implementation).
 
-    Adds ``ref_time_s`` and ``speedup`` (reference median / the row's median).
+    Adds ``ref_time_s``, ``speedup`` (paired per-round where the rows were interleaved,
+    else the ratio of medians), ``speedup_q1``/``speedup_q3`` and ``paired``
+    (``equibench.paired.join_speedups``).
     """
+    from equibench.paired import join_speedups
+
     ok = latest_ok(frame)
-    match = [c for c in KEY_COLUMNS if c != column] + ["run_id", *SAME_MACHINE]
-    ref = ok[ok[column] == reference][match + ["time_median_s"]]
-    ref = ref.rename(columns={"time_median_s": "ref_time_s"})
-    joined = ok[ok[column] != reference].merge(ref, on=match)
-    joined["speedup"] = joined["ref_time_s"] / joined["time_median_s"]
-    return joined
+    match = [c for c in MATCH_COLUMNS if c != column] + ["run_id", *SAME_MACHINE]
+    refs = ok[ok[column] == reference][[*match, "time_median_s", "time_samples",
+                                        "round_times_s", "rounds_id"]]
+    return join_speedups(ok[ok[column] != reference], refs, match)
+
+
+def _notes(row: pd.Series) -> str:
+    disturbed = [row.get(f"disturbed{s}", "") for s in ("_b", "_n")]
+    notes = [f"{side} disturbed: {text}" for side, text in zip(("base", "new"), disturbed,
+                                                                strict=True) if text]
+    if not (row.get("paired_b", True) and row.get("paired_n", True)):
+        notes.append("unpaired (rows not interleaved)")
+    return "; ".join(notes)
 
 
 def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, threshold: float,
                       alpha: float) -> list[Change]:
-    b, n = speedups(base, reference), speedups(new, reference)
+    b, n = relative(base, reference), relative(new, reference)
+    keys = [*MATCH_COLUMNS, "reference"]
     # The same machine when both tables have it; otherwise a case measured on exactly one
     # machine in each table is matched across machines (the ratio does not depend on it).
-    same = b.merge(n, on=[*KEY_COLUMNS, *SAME_MACHINE], suffixes=("_b", "_n"))
-    keys = list(KEY_COLUMNS)
+    same = b.merge(n, on=[*keys, *SAME_MACHINE], suffixes=("_b", "_n"))
     single_b = b[b.groupby(keys)["machine"].transform("size") == 1]
     single_n = n[n.groupby(keys)["machine"].transform("size") == 1]
     cross = single_b.merge(single_n, on=keys, suffixes=("_b", "_n"))
@@ -149,75 +255,137 @@ def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, thr
         differs |= (cross[f"{col}_b"] != cross[f"{col}_n"]).to_numpy()
     cross = cross[differs]
     changes = []
-    for pairs in (same, cross):
+    for pairs, where in ((same, ""), (cross, " (across machines)")):
         for _, row in pairs.iterrows():
-            sb = row["ref_time_s_b"] / samples_of(row, "_b")
-            sn = row["ref_time_s_n"] / samples_of(row, "_n")
-            # A speedup that shrinks is worse: the base's samples are then the greater.
-            verdict, p = _judge(row["speedup_b"] / row["speedup_n"], sb, sn, threshold, alpha)
+            # Costs: the inverse speedups (a speedup that shrinks is worse).
+            verdict, p, detectable = _judge(1 / np.asarray(row["speedup_samples_b"]),
+                                            1 / np.asarray(row["speedup_samples_n"]),
+                                            threshold, alpha)
             changes.append(Change(
-                case=_case_label(row), metric=f"speedup vs {reference}", higher_is_better=True,
-                base=row["speedup_b"], new=row["speedup_n"], p_value=p, verdict=verdict))
+                case=case_label(row), metric=f"speedup vs {row['reference']}{where}",
+                higher_is_better=True, base=row["speedup_b"], new=row["speedup_n"],
+                p_value=p, verdict=verdict, detectable=detectable, note=_notes(row)))
     return changes
 
 
 def _same_machine_changes(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
-                          alpha: float, mem_floor: float) -> list[Change]:
-    joined = latest_ok(base).merge(latest_ok(new), on=[*KEY_COLUMNS, *SAME_MACHINE],
+                          alpha: float, mem_floor: float, time_gate: bool) -> list[Change]:
+    joined = latest_ok(base).merge(latest_ok(new), on=[*MATCH_COLUMNS, *SAME_MACHINE],
                                    suffixes=("_b", "_n"))
     changes = []
     for _, row in joined.iterrows():
-        label = _case_label(row)
-        tb, tn = samples_of(row, "_b"), samples_of(row, "_n")
-        verdict, p = _judge(row["time_median_s_n"] / row["time_median_s_b"], tn, tb, threshold,
-                            alpha)
+        label = case_label(row)
+        verdict, p, detectable = _judge(samples_of(row, "_b"), samples_of(row, "_n"),
+                                        threshold, alpha)
         changes.append(Change(
             case=label, metric="time", higher_is_better=False, base=row["time_median_s_b"],
-            new=row["time_median_s_n"], p_value=p, verdict=verdict))
+            new=row["time_median_s_n"], p_value=p, verdict=verdict, detectable=detectable,
+            note=_notes(row), gates=time_gate))
         mb, mn = row["peak_mem_bytes_b"], row["peak_mem_bytes_n"]
         if mb > 0 and mn > 0:
             # One number, no samples: the absolute floor stands in for the rank test.
             verdict = "unchanged"
             if abs(mn - mb) >= mem_floor:
-                verdict, _ = _judge(mn / mb, np.empty(0), np.empty(0), threshold, alpha)
+                verdict, _, _ = _judge(np.array([mb]), np.array([mn]), threshold, alpha)
             changes.append(Change(
                 case=label, metric="peak memory", higher_is_better=False, base=float(mb),
-                new=float(mn), p_value=math.nan, verdict=verdict))
+                new=float(mn), p_value=math.nan, verdict=verdict,
+                detectable=max(threshold, 1 + mem_floor / mb)))
+    return changes
+
+
+def _status_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[Change]:
+    """Cases whose status got worse or better, and cases of the base missing from new."""
+    keys = list(MATCH_COLUMNS)
+    b, n = latest(base, keys), latest(new, keys)
+    joined = b.merge(n, on=keys, how="left", suffixes=("_b", "_n"), indicator=True)
+    case_keys = [c for c in keys if c not in ("threads", "cpu_allocator")]
+    new_by_case = {tuple(r[case_keys]): r for _, r in n.iterrows()}
+    changes = []
+    for _, row in joined.iterrows():
+        old = row["status_b"]
+        if row["_merge"] == "left_only":
+            note = "missing from the new run"
+            other = new_by_case.get(tuple(row[case_keys]))
+            if other is not None:
+                note += (f" (it ran with threads={other['threads']}, cpu_allocator="
+                         f"{other['cpu_allocator'] or '-'} instead of threads="
+                         f"{row['threads']}, cpu_allocator={row['cpu_allocator'] or '-'})")
+            verdict = "regression"
+        else:
+            now = row["status_n"]
+            rank_b, rank_n = STATUS_RANK[old], STATUS_RANK[now]
+            if rank_n == rank_b:
+                continue
+            verdict = "regression" if rank_n > rank_b else "improvement"
+            note = f"{old} -> {now}" + (f": {row['reason_n'][:200]}" if row["reason_n"] else "")
+        changes.append(Change(case=case_label(row), metric="status", higher_is_better=True,
+                              base=math.nan, new=math.nan, p_value=math.nan, verdict=verdict,
+                              note=note))
     return changes
 
 
 def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = 1.10, alpha: float = 0.05,
-            reference: str = REFERENCE, mem_floor: float = MIN_MEM_DELTA_BYTES) -> list[Change]:
-    """Every comparable metric of every case present (ok) in both tables."""
+            reference: str = REFERENCE, mem_floor: float = MIN_MEM_DELTA_BYTES,
+            time_gate: bool = True) -> list[Change]:
+    """Every status change and every comparable metric of every case present (ok) in both
+    tables. ``time_gate`` False makes raw-time changes report-only."""
     if threshold <= 1:
         raise ValueError(f"threshold must be > 1 (a ratio such as 1.10), got {threshold}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    return (_relative_changes(base, new, reference, threshold, alpha)
-            + _same_machine_changes(base, new, threshold, alpha, mem_floor))
+    return (_status_changes(base, new)
+            + _relative_changes(base, new, reference, threshold, alpha)
+            + _same_machine_changes(base, new, threshold, alpha, mem_floor, time_gate))
 
 
 def _fmt(value: float) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.4g}"
+    if value is None or math.isnan(value):
+        return "-"
+    return "never" if math.isinf(value) else f"{value:.4g}"
 
 
 def markdown(changes: Iterable[Change], show_all: bool = False) -> str:
-    """A markdown table of the changes (only regressions and improvements unless show_all)."""
+    """A markdown table of the changes (only regressions and improvements unless show_all),
+    with each change's noise floor, then a summary of the floors."""
     changes = list(changes)
     shown = [c for c in changes if show_all or c.verdict != "unchanged"]
     order = {"regression": 0, "improvement": 1, "unchanged": 2}
-    shown.sort(key=lambda c: (order[c.verdict], -c.worse_by))
-    lines = ["| case | metric | base | new | worse by | p | result |",
-             "|---|---|---|---|---|---|---|"]
+    shown.sort(key=lambda c: (order[c.verdict], not c.gates, -_sortable(c.worse_by)))
+    lines = ["| case | metric | base | new | worse by | p | detectable | result | note |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for c in shown:
-        better = "higher" if c.higher_is_better else "lower"
-        case = c.case.replace("|", "\\|")  # a pipe would split the markdown cell
-        lines.append(f"| {case} | {c.metric} ({better} is better) | {_fmt(c.base)} | "
-                     f"{_fmt(c.new)} | {_fmt(c.worse_by)}x | {_fmt(c.p_value)} | "
-                     f"{c.verdict} |")
+        better = "" if c.metric == "status" else (
+            " (higher is better)" if c.higher_is_better else " (lower is better)")
+        result = c.verdict if c.gates or c.verdict == "unchanged" else f"{c.verdict} (report)"
+        cells = [c.case, f"{c.metric}{better}", _fmt(c.base), _fmt(c.new),
+                 f"{_fmt(c.worse_by)}x", _fmt(c.p_value), f"{_fmt(c.detectable)}x", result,
+                 c.note]
+        lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
     counts = {v: sum(c.verdict == v for c in changes) for v in order}
-    summary = (f"{len(changes)} comparisons: {counts['regression']} regression(s), "
-               f"{counts['improvement']} improvement(s), {counts['unchanged']} unchanged")
+    reported = sum(c.verdict == "regression" and not c.gates for c in changes)
+    summary = (f"{len(changes)} comparisons: {counts['regression'] - reported} regression(s), "
+               f"{reported} reported only, {counts['improvement']} improvement(s), "
+               f"{counts['unchanged']} unchanged")
+    floors = _floor_summary(changes)
     if len(shown) == 0:
-        return summary
-    return "\n".join(lines) + "\n\n" + summary
+        return summary + floors
+    return "\n".join(lines) + "\n\n" + summary + floors
+
+
+def _sortable(value: float) -> float:
+    return -math.inf if math.isnan(value) else value
+
+
+def _floor_summary(changes: list[Change]) -> str:
+    """Median and worst noise floor per metric kind."""
+    lines = []
+    for kind in ("speedup", "time", "peak memory"):
+        floors = np.array([c.detectable for c in changes if c.metric.startswith(kind)
+                           and not math.isnan(c.detectable)])
+        if floors.size:
+            finite = floors[np.isfinite(floors)]
+            worst = "never" if finite.size < floors.size else f"{finite.max():.3g}x"
+            lines.append(f"{kind}: {floors.size} cases, detectable change median "
+                         f"{np.median(floors):.3g}x, worst {worst}")
+    return ("\nnoise floor: " + "; ".join(lines)) if lines else ""

@@ -104,11 +104,12 @@ ALL_IMPLEMENTATIONS = "all"
 def jobs(config: Mapping) -> Iterator[tuple[str, str, str]]:
     """(suite, implementation, device) of every Snakemake benchmark job.
 
-    One job runs one implementation's sweep over a suite, or with ``jobs: per-suite`` every
-    implementation's (implementation ``all``); every case still runs in a process of its
+    One job runs every implementation's sweep over a suite (implementation ``all``, the
+    default ``jobs: per-suite``: the runner interleaves their rounds), or with ``jobs:
+    per-implementation`` one implementation's; every case still runs in a process of its
     own. A job per case would pay the interpreter start-up hundreds of times.
     """
-    per_suite = config.get("jobs", "per-implementation") == "per-suite"
+    per_suite = config.get("jobs", "per-suite") == "per-suite"
     for device in resolve_devices(config["device"]):
         for suite in config["suites"]:
             implementations = ([ALL_IMPLEMENTATIONS] if per_suite

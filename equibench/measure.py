@@ -1,12 +1,16 @@
 """Timing and peak memory of a callable, on CPU and on CUDA devices.
 
-CPU: ``time.perf_counter`` around each call with a fixed torch thread count; adaptive
-repeats stop once the interquartile range is under ``target_iqr`` of the median (after at
-least ``min_repeats``) or when ``budget_s`` runs out. Peak memory is the growth of the
-process's resident set over its baseline (``VmHWM`` after resetting it through
-``/proc/self/clear_refs``) during one call made after timing, which is only meaningful in a
-process of its own: the runner gives every case one. Which allocator serves a case
-process (tcmalloc by default) is the runner's choice: see ``allocator``.
+A case is timed in ``rounds``: the runner interleaves the rounds of every implementation of
+one comparison (``equibench.interleave``), so that a slow minute of a shared machine hits
+all of them alike. Within a round a case makes at least ``calls_min`` and at most
+``calls_max`` calls, and stops once the round's share of ``budget_s`` is spent; the round's
+median is its sample for paired ratios.
+
+CPU: ``time.perf_counter`` around each call with a fixed torch thread count. Peak memory is
+the growth of the process's resident set over its baseline (``VmHWM`` after resetting it
+through ``/proc/self/clear_refs``) during one call made after timing, which is only
+meaningful in a process of its own: the runner gives every case one. Which allocator serves
+a case process (tcmalloc by default) is the runner's choice: see ``allocator``.
 
 CUDA: CUDA events around each call, warm-up until two consecutive calls agree (compilation
 and autotuning done), and an L2 flush (writing a buffer twice the L2 size) before each call,
@@ -16,6 +20,7 @@ outside the timed region. Peak memory from the caching allocator after
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,17 +33,57 @@ from equibench.allocator import release_free_memory
 
 @dataclass(frozen=True)
 class MeasureConfig:
-    min_repeats: int = 5
+    """How much to time each case.
+
+    ``min_repeats``/``max_repeats`` bound the timed calls of a case over all its rounds and
+    ``budget_s`` is the time it may spend on them; ``warmup`` untimed calls follow the
+    first (gated) call.
+    """
+
+    min_repeats: int = 7
     max_repeats: int = 200
-    target_iqr: float = 0.05
     budget_s: float = 10.0
     warmup: int = 2
+    rounds: int = 7
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"measure.rounds must be >= 1, got {self.rounds}")
+        if self.max_repeats < self.min_repeats:
+            raise ValueError(f"measure.max_repeats ({self.max_repeats}) is below min_repeats "
+                             f"({self.min_repeats})")
+
+    @property
+    def round_plan(self) -> RoundPlan:
+        """The calls of one round: the repeat bounds and the budget shared among rounds."""
+        return RoundPlan(
+            calls_min=max(1, math.ceil(self.min_repeats / self.rounds)),
+            calls_max=max(1, self.max_repeats // self.rounds),
+            budget_s=self.budget_s / self.rounds,
+        )
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    calls_min: int
+    calls_max: int
+    budget_s: float
 
 
 @dataclass
 class Timing:
-    samples: list[float] = field(default_factory=list)
+    """Every timed call of a case, grouped by round."""
+
+    rounds: list[list[float]] = field(default_factory=list)
     warmup_s: float = 0.0
+
+    @property
+    def samples(self) -> list[float]:
+        return [s for r in self.rounds for s in r]
+
+    @property
+    def round_medians(self) -> list[float]:
+        return [float(np.median(r)) for r in self.rounds]
 
     @property
     def median(self) -> float:
@@ -53,35 +98,17 @@ class Timing:
     def repeats(self) -> int:
         return len(self.samples)
 
-    def converged(self, target: float) -> bool:
-        return self.median > 0 and self.iqr / self.median < target
 
-
-def _adaptive(one_call: Callable[[], float], cfg: MeasureConfig) -> Timing:
-    timing = Timing()
-    start = time.perf_counter()
-    for _ in range(cfg.warmup):
-        one_call()
-    timing.warmup_s = time.perf_counter() - start
-    deadline = time.perf_counter() + cfg.budget_s
-    while len(timing.samples) < cfg.max_repeats:
-        timing.samples.append(one_call())
-        enough = len(timing.samples) >= cfg.min_repeats
-        if enough and (timing.converged(cfg.target_iqr) or time.perf_counter() > deadline):
+def time_round(one_call: Callable[[], float], plan: RoundPlan) -> list[float]:
+    """One round: at least ``calls_min`` calls, then more until the round's budget is spent
+    or ``calls_max`` calls were made."""
+    samples: list[float] = []
+    deadline = time.perf_counter() + plan.budget_s
+    while len(samples) < plan.calls_max:
+        samples.append(one_call())
+        if len(samples) >= plan.calls_min and time.perf_counter() >= deadline:
             break
-        # Always take the minimum repeats, but never run far past the budget for them.
-        if len(timing.samples) >= 3 and time.perf_counter() > deadline + cfg.budget_s:
-            break
-    return timing
-
-
-def time_cpu(fn: Callable[[], object], cfg: MeasureConfig) -> Timing:
-    def one_call() -> float:
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-
-    return _adaptive(one_call, cfg)
+    return samples
 
 
 class _L2Flusher:
@@ -94,7 +121,16 @@ class _L2Flusher:
         self.buffer.zero_()
 
 
-def time_cuda(fn: Callable[[], object], cfg: MeasureConfig, device: torch.device) -> Timing:
+def _cpu_timer(fn: Callable[[], object]) -> Callable[[], float]:
+    def one_call() -> float:
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    return one_call
+
+
+def _cuda_timer(fn: Callable[[], object], device: torch.device) -> Callable[[], float]:
     flush = _L2Flusher(device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -106,20 +142,40 @@ def time_cuda(fn: Callable[[], object], cfg: MeasureConfig, device: torch.device
         end.synchronize()
         return start.elapsed_time(end) / 1e3
 
-    # Warm up until compilation/autotuning has settled: two calls within 10% of each other.
-    previous = one_call()
-    for _ in range(50):
-        current = one_call()
-        if abs(current - previous) <= 0.1 * previous:
-            break
-        previous = current
-    return _adaptive(one_call, cfg)
+    return one_call
+
+
+def call_timer(fn: Callable[[], object], cfg: MeasureConfig, device: str
+               ) -> tuple[Callable[[], float], float]:
+    """A function that times one call of ``fn``, and the seconds its warm-up took.
+
+    Warm-up: ``cfg.warmup`` calls; on CUDA, then more until two consecutive calls agree
+    within 10% (compilation and autotuning have settled).
+    """
+    if device.startswith("cuda"):
+        one_call = _cuda_timer(fn, torch.device(device))
+    else:
+        one_call = _cpu_timer(fn)
+    start = time.perf_counter()
+    for _ in range(cfg.warmup):
+        one_call()
+    if device.startswith("cuda"):
+        previous = one_call()
+        for _ in range(50):
+            current = one_call()
+            if abs(current - previous) <= 0.1 * previous:
+                break
+            previous = current
+    return one_call, time.perf_counter() - start
 
 
 def time_call(fn: Callable[[], object], cfg: MeasureConfig, device: str) -> Timing:
-    if device.startswith("cuda"):
-        return time_cuda(fn, cfg, torch.device(device))
-    return time_cpu(fn, cfg)
+    """Time ``fn`` alone: warm-up, then ``cfg.rounds`` rounds back to back."""
+    one_call, warmup_s = call_timer(fn, cfg, device)
+    timing = Timing(warmup_s=warmup_s)
+    for _ in range(cfg.rounds):
+        timing.rounds.append(time_round(one_call, cfg.round_plan))
+    return timing
 
 
 def _status_kib(field_name: str) -> int:

@@ -42,6 +42,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("time_iqr_s", "float", "interquartile range of the samples, seconds"),
     Column("time_samples", "list", "every timed sample, seconds"),
     Column("repeats", "int", "number of timed samples"),
+    Column("round_times_s", "list", "median seconds per call in each interleaved round, in "
+           "round order"),
+    Column("rounds_id", "str", "shared by the rows timed in the same interleaved rounds, "
+           "whose round_times_s pair up round by round ('' when never paired)"),
+    Column("disturbed", "str", "what disturbed the machine while the case was timed (steal "
+           "time, other processes' CPU use); '' when it was quiet"),
     Column("warmup_s", "float", "seconds of the untimed warm-up calls after the first call"),
     Column("throughput", "float", "work items per second: batch / time_median_s"),
     Column("throughput_unit", "str", "what throughput counts, e.g. products/s"),
@@ -64,6 +70,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("cpu_model", "str", "CPU model name"),
     Column("cpu_count", "int", "logical CPUs"),
     Column("threads", "int", "torch intra-op threads used for the case"),
+    Column("cpu_allocator", "str", "allocator of a CPU case process (tcmalloc, system); '' on "
+           "GPUs"),
     Column("gpu_name", "str", "GPU model ('' on CPU)"),
     Column("gpu_driver", "str", "NVIDIA driver version"),
     Column("cuda", "str", "CUDA version torch was built with"),
@@ -79,6 +87,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("version_numpy", "str", "numpy version"),
 )
 COLUMN_NAMES = tuple(c.name for c in COLUMNS)
+# Columns added after tables were first written: a table without them (an older baseline or
+# history) reads with their defaults, the allocator taken from ``extra`` where it was kept.
+LATER_COLUMNS = ("round_times_s", "rounds_id", "disturbed", "cpu_allocator")
 _DEFAULTS = {"str": "", "int": -1, "float": math.nan, "bool": False, "list": []}
 
 
@@ -128,8 +139,22 @@ def _check_kind(frame: pd.DataFrame, col: Column) -> None:
         )
 
 
+def _add_later_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    absent = [c for c in LATER_COLUMNS if c not in frame.columns]
+    if not absent:
+        return frame
+    frame = frame.copy()
+    for name in absent:
+        frame[name] = [blank_row()[name] for _ in range(len(frame))]
+    if "cpu_allocator" in absent and "extra" in frame.columns:
+        frame["cpu_allocator"] = frame["extra"].map(
+            lambda e: str(json.loads(e).get("cpu_allocator", "")) if e else "")
+    return frame
+
+
 def validate(frame: pd.DataFrame) -> pd.DataFrame:
     """Check columns, types and statuses; return the frame with canonical dtypes."""
+    frame = _add_later_columns(frame)
     missing = [c for c in COLUMN_NAMES if c not in frame.columns]
     if missing:
         raise SchemaError(f"result table is missing column(s) {missing}")

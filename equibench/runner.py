@@ -1,8 +1,19 @@
-"""Run cases: each in a process of its own, gated before it is timed.
+"""Run cases: each in a process of its own, gated before it is timed, and the cases that
+are compared with each other timed in interleaved rounds.
 
 A crash, an out-of-memory kill or a hang costs the case alone: the parent records it and
 goes on with the next case. Processes fork from a fork server (``fork_server``) that has
 already imported torch and e3nn and preloads the CPU allocator of the settings.
+
+Interleaving (after asv's ``rounds`` and pyperf's worker processes): the cases of one
+comparison group (:func:`comparison_key`: the implementations and variants of one
+workload, direction, precision, batch and device) are all prepared in processes of their
+own and kept alive; the parent then drives them round by round, in a fresh random order
+each round, so that a slow minute of a shared machine falls on all of them. Each row keeps
+its per-round medians (``round_times_s``) and the group's ``rounds_id``, from which
+``equibench.paired`` takes ratios round by round. The parent reads the kernel's CPU
+accounting around each timed slot (``machine_load``) and records a disturbed machine in
+the row.
 """
 
 from __future__ import annotations
@@ -11,10 +22,12 @@ import datetime as dt
 import hashlib
 import importlib
 import math
+import random
 import signal
 import tempfile
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,14 +36,21 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from equibench import allocator, fork_server, registry, results
+from equibench import allocator, fork_server, machine_load, registry, results
 from equibench.cases import Case
 from equibench.correctness import compare
 from equibench.environment import capture
 from equibench.files import atomic_write
 from equibench.levels import Bench
-from equibench.measure import MeasureConfig, peak_memory, time_call
-from equibench.precision import get_precision, precision_mode
+from equibench.measure import (
+    MeasureConfig,
+    RoundPlan,
+    Timing,
+    call_timer,
+    peak_memory,
+    time_round,
+)
+from equibench.precision import Precision, get_precision, precision_mode
 
 
 @dataclass(frozen=True)
@@ -104,39 +124,42 @@ def _case_unavailable(case: Case, precision) -> str | None:
     )
 
 
-# Sent with a case process's row when the implementation itself is unavailable: the runner
-# answers the other cases of that implementation with the row instead of starting a
-# process for each.
-WHOLE_IMPLEMENTATION = "_whole_implementation"
-
-
 def _implementation_key(case: Case) -> tuple[str, ...]:
+    """Cases that share this key share an implementation's unavailability: when one case
+    finds the implementation unavailable on its device, the runner answers the others with
+    its row instead of starting a process for each."""
     # Model families are named by their workloads' prefix (ModelFamily.prefix).
     family = case.workload.split("-")[0] if case.level == "model" else ""
     return case.level, family, case.implementation, case.device
 
 
 def run_case(case: Case, settings: RunSettings) -> dict:
-    """Run one case in this process and return its result fields (no provenance)."""
-    return _run_case(case, settings)[0]
+    """Run one case in this process, its rounds back to back, and return its result fields
+    (no provenance)."""
+    row, _, session = _prepare(case, settings)
+    if session is None:
+        return row
+    for _ in range(settings.measure.rounds):
+        if (failed := session.round(settings.measure.round_plan)) is not None:
+            return failed
+    return session.finish(rounds_id="", disturbed="", load={})
 
 
-def _run_case(case: Case, settings: RunSettings) -> tuple[dict, bool]:
-    """``run_case``, and whether its row holds for every case of the implementation."""
+def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | None]:
+    """Build, gate and warm up a case. Returns its row so far, whether that row holds for
+    every case of the implementation, and the session that times it (None when the case
+    ended here: unavailable, incorrect, an error)."""
     reason = _implementation_unavailable(case)
     if reason:
         return {**case.to_dict(), "threads": torch.get_num_threads(), "status": "unavailable",
-                "reason": reason}, True
-    return _run_available(case, settings), False
-
-
-def _run_available(case: Case, settings: RunSettings) -> dict:
-    """``run_case`` for an implementation that can run on the case's device."""
+                "reason": reason}, True, None
     row: dict = {**case.to_dict(), "threads": torch.get_num_threads()}
+    if case.device == "cpu":
+        row["cpu_allocator"] = allocator.active()
     precision = get_precision(case.precision)
     reason = _case_unavailable(case, precision)
     if reason:
-        return {**row, "status": "unavailable", "reason": reason}
+        return {**row, "status": "unavailable", "reason": reason}, False, None
     try:
         with precision_mode(precision):
             bench = _build(case, precision.dtype, settings.seed)
@@ -153,38 +176,79 @@ def _run_available(case: Case, settings: RunSettings) -> dict:
                            precision.tolerance)
             row.update(max_abs_err=gate.max_abs_err, max_scaled_err=gate.max_scaled_err)
             if not gate.passed:
-                return {**row, "status": "incorrect", "reason": gate.message}
+                return {**row, "status": "incorrect", "reason": gate.message}, False, None
             if bench.equivariance is not None:
                 eq_err = bench.equivariance()
                 row["equivariance_err"] = eq_err
                 if not eq_err <= precision.tolerance:
                     return {**row, "status": "incorrect",
                             "reason": f"equivariance error {eq_err:.3e} exceeds "
-                                      f"{precision.tolerance:.1e}"}
-            timing = time_call(bench.call, settings.measure, case.device)
-            # Last: on CPU it switches the allocator to give memory back (see measure.py).
-            row["peak_mem_bytes"], row["peak_mem_method"] = peak_memory(bench.call, case.device)
-    except registry.Unsupported as err:
-        return {**row, "status": "unavailable", "reason": str(err)}
+                                      f"{precision.tolerance:.1e}"}, False, None
+            one_call, warmup_s = call_timer(bench.call, settings.measure, case.device)
     except Exception as err:  # noqa: BLE001 - every failure becomes a recorded row
-        status = "oom" if _is_oom(err) else "error"
-        return {**row, "status": status, "reason": f"{type(err).__name__}: {err}"[:2000]}
-    median = timing.median
-    # Rates of whatever a call processes, e.g. atoms_per_call -> atoms_per_s.
-    rates = {f"{key[:-len('_per_call')]}_per_s": value / median
-             for key, value in bench.extra.items()
-             if key.endswith("_per_call") and isinstance(value, (int, float))}
-    row["extra"] = {**bench.extra, **rates, "latency_s": median, "first_call_s": first_call_s}
-    if case.device == "cpu":
-        row["extra"]["cpu_allocator"] = allocator.active()
-    return {
-        **row, "status": "ok",
-        "time_median_s": median, "time_iqr_s": timing.iqr, "time_samples": timing.samples,
-        "repeats": timing.repeats, "warmup_s": timing.warmup_s,
-        "throughput": bench.items / median,
-        "gflops_per_s": bench.flops / median / 1e9 if not math.isnan(bench.flops) else math.nan,
-        "gbytes_per_s": bench.bytes / median / 1e9 if not math.isnan(bench.bytes) else math.nan,
-    }
+        return _failed(row, err), False, None
+    timing = Timing(warmup_s=warmup_s)
+    return row, False, _Session(case, precision, bench, one_call, timing, first_call_s, row)
+
+
+def _failed(row: dict, err: BaseException) -> dict:
+    if isinstance(err, registry.Unsupported):
+        return {**row, "status": "unavailable", "reason": str(err)}
+    status = "oom" if _is_oom(err) else "error"
+    return {**row, "status": status, "reason": f"{type(err).__name__}: {err}"[:2000]}
+
+
+@dataclass
+class _Session:
+    """A gated, warmed-up case in its process, timed one round at a time."""
+
+    case: Case
+    precision: Precision
+    bench: Bench
+    one_call: Callable[[], float]
+    timing: Timing
+    first_call_s: float
+    row: dict
+
+    def round(self, plan: RoundPlan) -> dict | None:
+        """Time one round; a failed call ends the case with the returned row."""
+        try:
+            with precision_mode(self.precision):
+                self.timing.rounds.append(time_round(self.one_call, plan))
+        except Exception as err:  # noqa: BLE001 - recorded, the other cases go on
+            return _failed(self.row, err)
+        return None
+
+    def finish(self, rounds_id: str, disturbed: str, load: dict) -> dict:
+        """Peak memory (last: on CPU it makes the allocator give memory back, see
+        measure.py), then the complete row."""
+        row, bench, timing = self.row, self.bench, self.timing
+        try:
+            with precision_mode(self.precision):
+                row["peak_mem_bytes"], row["peak_mem_method"] = peak_memory(
+                    bench.call, self.case.device)
+        except Exception as err:  # noqa: BLE001
+            return _failed(row, err)
+        median = timing.median
+        # Rates of whatever a call processes, e.g. atoms_per_call -> atoms_per_s.
+        rates = {f"{key[:-len('_per_call')]}_per_s": value / median
+                 for key, value in bench.extra.items()
+                 if key.endswith("_per_call") and isinstance(value, (int, float))}
+        row["extra"] = {**bench.extra, **rates, "latency_s": median,
+                        "first_call_s": self.first_call_s,
+                        **({"machine_load": load} if load else {})}
+        return {
+            **row, "status": "ok",
+            "time_median_s": median, "time_iqr_s": timing.iqr,
+            "time_samples": timing.samples, "repeats": timing.repeats,
+            "round_times_s": timing.round_medians, "rounds_id": rounds_id,
+            "disturbed": disturbed, "warmup_s": timing.warmup_s,
+            "throughput": bench.items / median,
+            "gflops_per_s": bench.flops / median / 1e9 if not math.isnan(bench.flops)
+            else math.nan,
+            "gbytes_per_s": bench.bytes / median / 1e9 if not math.isnan(bench.bytes)
+            else math.nan,
+        }
 
 
 def _reference(bench: Bench, directory: str) -> dict:
@@ -202,7 +266,13 @@ def _reference(bench: Bench, directory: str) -> dict:
     return reference
 
 
-def _child(conn, case_dict: dict, settings_dict: dict) -> None:
+def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
+    """A case process: prepare the case, then time the rounds the parent asks for.
+
+    Messages from the parent: ``("round", plan)`` and ``("finish", rounds_id, disturbed,
+    load)``. Replies: ``("ready",)`` once gated and warmed up, ``("round",)`` after each
+    round, and ``("done", row, whole)`` when the case is over.
+    """
     measure = MeasureConfig(**settings_dict["measure"])
     settings = RunSettings(**{**settings_dict, "measure": measure})
     if settings.threads > 0:
@@ -211,51 +281,123 @@ def _child(conn, case_dict: dict, settings_dict: dict) -> None:
     try:
         for module in settings.plugins:
             importlib.import_module(module)
-        row, whole = _run_case(case, settings)
-        if whole:
-            row[WHOLE_IMPLEMENTATION] = True
+        row, whole, session = _prepare(case, settings)
+        while session is not None:
+            conn.send(("ready",) if not session.timing.rounds else ("round",))
+            message = conn.recv()
+            if message[0] == "finish":
+                row, session = session.finish(*message[1:]), None
+            elif (failed := session.round(RoundPlan(**message[1]))) is not None:
+                row, session = failed, None
     except BaseException as err:  # noqa: BLE001 - report, then exit
-        row = {**case.to_dict(), "status": "error",
-               "reason": "".join(traceback.format_exception_only(err)).strip()[:2000]}
-    conn.send(row)
+        row, whole = {**case.to_dict(), "status": "error",
+                      "reason": "".join(traceback.format_exception_only(err)).strip()[:2000]
+                      }, False
+    conn.send(("done", row, whole))
     conn.close()
 
 
-def run_isolated(case: Case, settings: RunSettings, ctx=None) -> dict:
-    """Run ``case`` in a fresh process; a crash or a timeout becomes a row, never an error."""
-    return _run_isolated(case, settings, ctx)[0]
+class _Worker:
+    """The parent's handle on one case process."""
 
+    def __init__(self, case: Case, settings: RunSettings, ctx) -> None:
+        self.case, self.timeout_s = case, settings.timeout_s
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_worker, args=(child, case.to_dict(), asdict(settings)))
+        self.proc.start()
+        child.close()
+        self.load = machine_load.Load()
+        self.row: dict | None = None  # set once the case is over
+        self.whole = False
 
-def _run_isolated(case: Case, settings: RunSettings, ctx=None) -> tuple[dict, bool]:
-    """``run_isolated``, and whether the row holds for every case of the implementation."""
-    ctx = ctx or fork_server.start(settings.cpu_allocator)
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, case.to_dict(), asdict(settings)))
-    proc.start()
-    child.close()
-    row = None
-    if parent.poll(settings.timeout_s):
+    def wait(self) -> bool:
+        """Wait for the process's next message; True while the case goes on."""
+        message = None
+        answered = self.conn.poll(self.timeout_s)
+        if answered:
+            try:
+                message = self.conn.recv()
+            except EOFError:  # the process died
+                message = None
+        if message is not None and message[0] != "done":
+            return True
+        if message is not None:
+            self.row, self.whole = message[1], message[2]
+        self._end(timed_out=not answered)
+        return False
+
+    def send(self, *message: object) -> bool:
         try:
-            row = parent.recv()
-        except EOFError:
-            row = None
-    proc.join(timeout=30 if row is not None else 5)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
-        if row is None:
-            return {**case.to_dict(), "status": "error",
-                    "reason": f"timed out after {settings.timeout_s:.0f} s"}, False
-    if row is not None:
-        whole = bool(row.pop(WHOLE_IMPLEMENTATION, False))
-        return row, whole
-    code = proc.exitcode
-    if code == -signal.SIGKILL:
-        return {**case.to_dict(), "status": "oom",
-                "reason": "killed by SIGKILL, most likely the out-of-memory killer"}, False
-    name = signal.Signals(-code).name if code and code < 0 else f"exit code {code}"
-    return {**case.to_dict(), "status": "error",
-            "reason": f"case process crashed ({name})"}, False
+            self.conn.send(message)
+        except (BrokenPipeError, OSError):
+            self._end(timed_out=False)
+            return False
+        return True
+
+    def _end(self, timed_out: bool) -> None:
+        self.proc.join(timeout=30 if self.row is not None else 5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+        if self.row is not None:
+            return
+        case = self.case.to_dict()
+        code = self.proc.exitcode
+        if timed_out:
+            self.row = {**case, "status": "error",
+                        "reason": f"timed out after {self.timeout_s:.0f} s"}
+        elif code == -signal.SIGKILL:
+            self.row = {**case, "status": "oom",
+                        "reason": "killed by SIGKILL, most likely the out-of-memory killer"}
+        else:
+            name = signal.Signals(-code).name if code and code < 0 else f"exit code {code}"
+            self.row = {**case, "status": "error", "reason": f"case process crashed ({name})"}
+
+
+def comparison_key(case: Case) -> tuple:
+    """Cases with the same key are timed in interleaved rounds and compared with each
+    other: every implementation and variant of one workload, direction, precision, batch
+    and device."""
+    return case.level, case.workload, case.direction, case.precision, case.batch, case.device
+
+
+def _run_group(cases: list[Case], settings: RunSettings, ctx,
+               unavailable: dict[tuple[str, ...], dict]) -> list[dict]:
+    """Run one comparison group: prepare each case in its own process, one after another
+    (so that first calls and compilation times are not disturbed), then time them in
+    interleaved rounds in a fresh random order each round, then finish them one by one.
+    Returns one row per case, in the order given."""
+    workers: dict[int, _Worker] = {}
+    rows: dict[int, dict] = {}
+    for index, case in enumerate(cases):
+        known = unavailable.get(_implementation_key(case))
+        if known is not None:
+            rows[index] = {**known, **case.to_dict()}
+            continue
+        worker = _Worker(case, settings, ctx)
+        if worker.wait():
+            workers[index] = worker
+            continue
+        rows[index] = worker.row
+        if worker.whole:
+            unavailable[_implementation_key(case)] = dict(worker.row)
+    rounds_id = uuid.uuid4().hex[:16] if len(workers) > 1 else ""
+    order = random.Random()
+    plan = asdict(settings.measure.round_plan)
+    for _ in range(settings.measure.rounds):
+        active = list(workers.values())
+        order.shuffle(active)
+        for worker in active:
+            if worker.row is None and worker.send("round", plan):
+                with machine_load.Slot(worker.proc.pid, worker.load):
+                    worker.wait()
+    for worker in workers.values():
+        if worker.row is None and worker.send(
+                "finish", rounds_id, worker.load.disturbed(), worker.load.summary()):
+            worker.wait()
+    rows.update({index: worker.row for index, worker in workers.items()})
+    return [rows[index] for index in range(len(cases))]
 
 
 def run_cases(
@@ -265,7 +407,8 @@ def run_cases(
     progress: bool = True,
     on_row: Callable[[dict], None] | None = None,
 ) -> pd.DataFrame:
-    """Run every case in its own process and write one validated table atomically."""
+    """Run every case in its own process, the cases of one comparison group in interleaved
+    rounds, and write one validated table atomically."""
     cases = list(cases)
     with tempfile.TemporaryDirectory(prefix="equibench-references-") as references:
         return _run_cases(cases, replace(settings, reference_dir=references), out_path,
@@ -277,24 +420,25 @@ def _run_cases(cases: list[Case], settings: RunSettings, out_path: str | Path | 
     ctx = fork_server.start(settings.cpu_allocator)
     devices = sorted({c.device for c in cases}) or ["cpu"]
     envs = {d: capture(d) for d in devices}
+    groups: dict[tuple, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(comparison_key(case), []).append(case)
     rows = []
     unavailable: dict[tuple[str, ...], dict] = {}
-    bar = tqdm(cases, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
-    for case in bar:
-        bar.set_postfix_str(f"{case.implementation} {case.workload} {case.direction} "
-                            f"{case.precision} b={case.batch}")
-        known = unavailable.get(_implementation_key(case))
-        if known is not None:
-            row = {**known, **case.to_dict()}
-        else:
-            row, whole = _run_isolated(case, settings, ctx)
-            if whole:
-                unavailable[_implementation_key(case)] = dict(row)
-        row.update(envs[case.device], run_id=settings.run_id, config_hash=settings.config_hash,
-                   timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-        rows.append(row)
-        if on_row:
-            on_row(row)
+    bar = tqdm(total=len(cases), desc="cases", unit="case", disable=not progress,
+               dynamic_ncols=True)
+    for (level, workload, direction, precision, batch, device), group in groups.items():
+        bar.set_postfix_str(f"{len(group)} interleaved: {level} {workload} {direction} "
+                            f"{precision} b={batch} {device}")
+        for row in _run_group(group, settings, ctx, unavailable):
+            row.update(envs[row["device"]], run_id=settings.run_id,
+                       config_hash=settings.config_hash,
+                       timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+            rows.append(row)
+            if on_row:
+                on_row(row)
+            bar.update()
+    bar.close()
     frame = results.to_frame(rows)
     if out_path is not None:
         results.write_atomic(frame, out_path)

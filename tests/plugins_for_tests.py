@@ -1,9 +1,12 @@
-"""Deliberately broken implementations, imported as a plugin by the tests."""
+"""Deliberately broken or instrumented implementations, imported as a plugin by the tests."""
 
 from __future__ import annotations
 
 import os
 import signal
+import tempfile
+import time
+from pathlib import Path
 
 import torch
 
@@ -55,3 +58,43 @@ class Missing(Implementation):
 
     def available(self, device: str) -> str | None:
         return "the test-missing library is not installed"
+
+
+# Where the logged implementations append the time of each call, one file each.
+CALL_LOG_DIR = Path(tempfile.gettempdir()) / "equibench-test-calls"
+
+
+class _Logged(Implementation):
+    """The e3nn product, logging the monotonic time of each call (and sleeping
+    ``delay_s`` in it), so that a test can see the order in which cases were timed."""
+
+    levels = frozenset({"tp"})
+    delay_s = 0.0
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+        module = problem.e3nn_module(dtype).to(device)
+        log = CALL_LOG_DIR / f"{self.name}.log"
+
+        def logged(x, y, w):
+            with open(log, "a") as f:
+                f.write(f"{time.monotonic()}\n")
+            time.sleep(self.delay_s)
+            return module(x, y, w)
+
+        return logged
+
+
+@register
+class LoggedA(_Logged):
+    name = "test-log-a"
+
+
+@register
+class LoggedB(_Logged):
+    name = "test-log-b"
+
+
+@register
+class LoggedSlow(_Logged):
+    name = "test-log-slow"
+    delay_s = 0.005

@@ -176,3 +176,26 @@ def test_claims_cli_prints_the_table(frame, tmp_path, capsys):
     for claim_id in REFERENCE_IDS:
         assert claim_id in out
     assert "| reproduced |" in out and "| different hardware |" in out
+
+
+def test_interleaved_rows_give_the_paired_ratio_and_a_tighter_interval():
+    """Rows timed in the same rounds: the claim's ratio is the median of the per-round
+    ratios, which a drifting machine leaves alone; the raw samples would not."""
+    drift = [1.0, 2.5, 0.6, 1.8, 1.0, 3.0, 0.8]  # the machine's speed, per round
+
+    def row(impl: str, t: float) -> dict:
+        times = [t * d for d in drift]
+        return dict(run_id="r", level="tp", workload="w", implementation=impl,
+                    variant="default", direction="forward", precision="float32", batch=64,
+                    device="cuda:0", status="ok", time_median_s=sorted(times)[3],
+                    time_samples=times, round_times_s=times, rounds_id="g1", repeats=7,
+                    gpu_name=A100, host="h")
+
+    frame = results.to_frame([row("cuequivariance", 1.0), row("e3nn", 2.0)])
+    (found,) = claims.evaluate([_claim(claimed=2.0, quantity="throughput")], frame)
+    assert found.measured == pytest.approx(2.0)
+    assert found.ci_low == pytest.approx(2.0) and found.ci_high == pytest.approx(2.0)
+    assert found.verdict == REPRODUCED
+    unpaired = frame.assign(rounds_id="")
+    (apart,) = claims.evaluate([_claim(claimed=2.0, quantity="throughput")], unpaired)
+    assert apart.ci_high - apart.ci_low > 1.0  # the drift lands in the interval

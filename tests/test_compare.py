@@ -45,6 +45,8 @@ def test_planted_slowdown_is_caught(base):
     cue_ok = ((base["implementation"] == "cuequivariance") & (base["status"] == "ok")).sum()
     assert len(flagged) == 2 * cue_ok
     assert all(c.worse_by == pytest.approx(1.5, rel=1e-9) for c in flagged)
+    # Rows of this table were never interleaved: their ratios say so.
+    assert all("unpaired" in c.note for c in flagged if c.metric.startswith("speedup"))
 
 
 def test_unchanged_code_does_not_flag(base):
@@ -64,24 +66,126 @@ def test_reference_slowdown_shows_as_improvement_of_the_others(base):
 
 
 def test_ratio_is_compared_across_machines(base):
-    # The new run is on another machine: only the machine-independent ratio is comparable.
+    # The new run is on another machine: only the machine-independent ratio is comparable,
+    # and the output says so.
     cpu = base[base["host"] == "cpu-host"]
     moved = _slow_down(cpu, "cuequivariance", 1.5).assign(host="other",
                                                             cpu_model="Intel Xeon")
-    changes = compare.compare(cpu, moved)
-    assert changes and {c.metric for c in changes} == {"speedup vs e3nn"}
-    assert all(c.verdict == "regression" for c in changes)
+    changes = [c for c in compare.compare(cpu, moved) if c.metric != "status"]
+    assert changes and all(c.metric.endswith("(across machines)") for c in changes)
+    assert all(c.metric.startswith("speedup vs ") for c in changes)
+    flagged = [c for c in changes if c.verdict == "regression"]
+    assert flagged and all(" cuequivariance " in c.case for c in flagged)
 
 
 def test_below_threshold_or_not_significant_is_unchanged(base):
     small = compare.compare(base, _slow_down(base, "cuequivariance", 1.05))
     assert all(c.verdict == "unchanged" for c in small)
+
+    def noisy(spread: list[float]) -> pd.DataFrame:
+        # Four samples spread over 6x: a 1.2x change cannot be told from noise.
+        out = base.copy()
+        out["time_samples"] = out["time_median_s"].map(lambda m: [m * f for f in spread])
+        return results.validate(out)
+
+    changes = compare.compare(noisy([0.4, 1.0, 2.5, 1.6]),
+                              _slow_down(noisy([2.5, 0.4, 1.0, 0.9]), "cuequivariance", 1.2))
+    assert not [c for c in changes if c.verdict == "regression"]
+    assert all(c.detectable > 1.2 for c in changes if c.metric == "time")
+
+
+def test_three_sample_rows_still_flag_a_large_change(base):
     few = base.copy()
     few["time_samples"] = few["time_samples"].map(lambda s: s[:3])
     few = results.validate(few)
-    # 3 samples against 3: the rank test can never reach p < 0.05.
-    assert all(c.verdict == "unchanged"
-               for c in compare.compare(few, _slow_down(few, "cuequivariance", 3.0)))
+    # 3 against 3: the rank test alone could never reach p < 0.05; Welch's t-test on the
+    # logarithms sees a 3x change far beyond the 5% spread.
+    changes = compare.compare(few, _slow_down(few, "cuequivariance", 3.0))
+    flagged = [c for c in changes if c.verdict == "regression"]
+    assert flagged and all(" cuequivariance " in c.case for c in flagged)
+    assert all(c.p_value < 0.05 for c in flagged)
+    assert all(c.detectable < 3.0 for c in flagged)
+
+
+def _interleaved(seed: int, slow: dict[str, float] | None = None, rounds: int = 7,
+                 drift: float = 0.4) -> pd.DataFrame:
+    """A run timed in interleaved rounds on a drifting machine: each round's speed moves
+    by a log-normal factor (sigma ``drift``: ~1.5x) that every implementation of the round
+    shares, with 2% noise of its own; ``slow`` slows implementations by a factor."""
+    rng = np.random.default_rng(seed)
+    base_time = {"e3nn": 10e-3, "fused": 1e-3, "cuequivariance": 8e-3}
+    rows = []
+    for workload in ("mace-large", "nequip-benzene"):
+        for direction in ("forward", "backward"):
+            machine = rng.lognormal(0.0, drift) * rng.lognormal(0.0, drift / 2, rounds)
+            rid = f"{seed}-{workload}-{direction}"
+            for impl, t in base_time.items():
+                factor = (slow or {}).get(impl, 1.0)
+                times = t * factor * machine * rng.lognormal(0.0, 0.02, rounds)
+                rows.append(dict(
+                    run_id=f"run{seed}", level="tp", workload=workload, implementation=impl,
+                    variant="default", direction=direction, precision="float32", batch=64,
+                    device="cpu", status="ok", time_median_s=float(np.median(times)),
+                    time_samples=list(times), repeats=rounds, round_times_s=list(times),
+                    rounds_id=rid, threads=2, cpu_allocator="tcmalloc", host="vm",
+                    cpu_model="AMD EPYC", timestamp="2026-12-03T00:00:00+00:00",
+                    peak_mem_bytes=2**20))
+    return results.to_frame(rows)
+
+
+def test_paired_rounds_cancel_machine_drift():
+    base, rerun = _interleaved(0), _interleaved(1)
+    changes = compare.compare(base, rerun, time_gate=False)
+    # Raw times moved with the machine (reported only); the paired speedups did not.
+    assert not [c for c in changes if c.fails]
+    speedups = [c for c in changes if c.metric.startswith("speedup")]
+    assert len(speedups) == 8 and all(c.verdict == "unchanged" for c in speedups)
+    assert all(abs(c.worse_by - 1) < 0.05 for c in speedups)
+    assert all(c.detectable < 1.15 for c in speedups)
+    assert not any("unpaired" in c.note for c in speedups)
+
+
+def test_paired_rounds_find_a_small_slowdown_through_drift():
+    changes = compare.compare(_interleaved(0), _interleaved(1, slow={"fused": 1.25}),
+                              time_gate=False)
+    failing = [c for c in changes if c.fails]
+    assert failing and all(" fused " in c.case for c in failing)
+    assert {c.metric for c in failing} == {"speedup vs e3nn"}
+    assert len(failing) == 4
+    assert all(c.worse_by == pytest.approx(1.25, rel=0.05) for c in failing)
+
+
+def test_status_change_and_missing_case_are_regressions():
+    base = _interleaved(0)
+    new = base.copy()
+    broken = (new["implementation"] == "fused") & (new["direction"] == "forward") & (
+        new["workload"] == "mace-large")
+    new.loc[broken, "status"] = "error"
+    new.loc[broken, "reason"] = "RuntimeError: kernel failed"
+    gone = (new["implementation"] == "cuequivariance") & (new["direction"] == "backward") & (
+        new["workload"] == "nequip-benzene")
+    new = results.validate(new[~gone])
+    status = [c for c in compare.compare(base, new) if c.metric == "status"]
+    assert len(status) == 2 and all(c.verdict == "regression" and c.fails for c in status)
+    notes = sorted(c.note for c in status)
+    assert notes[0].startswith("missing from the new run")
+    assert notes[1] == "ok -> error: RuntimeError: kernel failed"
+    # Fixed again: an improvement, which does not fail the check.
+    back = compare.compare(new, base)
+    assert [c.verdict for c in back if c.metric == "status"] == ["improvement"]
+
+
+def test_allocator_and_threads_are_part_of_the_key():
+    base = _interleaved(0)
+    other = base.assign(cpu_allocator="system")
+    changes = compare.compare(base, other)
+    # Nothing is compared across allocators: every case is missing, and the note says why.
+    assert {c.metric for c in changes} == {"status"}
+    assert all("cpu_allocator=system instead of" in c.note for c in changes)
+    assert len(changes) == len(base)
+    threads = compare.compare(base, base.assign(threads=1))
+    assert {c.metric for c in threads} == {"status"}
+    assert all("threads=1" in c.note for c in threads)
 
 
 def test_memory_regression_needs_threshold_and_floor(base):
@@ -98,7 +202,8 @@ def test_compare_cli_exit_status_and_table(base, tmp_path, capsys):
     results.write_atomic(base, tmp_path / "base.parquet")
     results.write_atomic(_slow_down(base, "cuequivariance", 1.5), tmp_path / "slow.parquet")
     assert _cli(["compare", str(tmp_path / "base.parquet"), str(tmp_path / "base.parquet")]) == 0
-    assert "0 regression(s)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0 regression(s)" in out and "noise floor: speedup:" in out
     assert _cli(["compare", str(tmp_path / "base.parquet"), str(tmp_path / "slow.parquet"),
                  "--threshold", "1.2"]) == 1
     out = capsys.readouterr().out
@@ -107,13 +212,18 @@ def test_compare_cli_exit_status_and_table(base, tmp_path, capsys):
     assert _cli(["compare", str(tmp_path / "slow.parquet"), str(tmp_path / "base.parquet")]) == 0
     with pytest.raises(ValueError, match="threshold"):
         compare.compare(base, base, threshold=0.9)
+    # Raw times that drift with the machine: reported, not failing, with --raw-time report.
+    results.write_atomic(_interleaved(0), tmp_path / "a.parquet")
+    results.write_atomic(_interleaved(1), tmp_path / "b.parquet")
+    assert _cli(["compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"),
+                 "--raw-time", "report"]) == 0
 
 
 def test_markdown_table_counts_and_escapes_pipes():
     change = compare.Change("tp/w a|b forward float32 b=1 cpu", "time", False, 1.0, 2.0, 0.001,
-                            "regression")
+                            "regression", detectable=1.3)
     text = compare.markdown([change])
-    assert "| 2x |" in text and "1 regression(s)" in text
+    assert "| 2x |" in text and "| 1.3x |" in text and "1 regression(s)" in text
     assert "a\\|b" in text
 
 

@@ -74,13 +74,13 @@ def test_an_unavailable_implementation_costs_one_case_process(monkeypatch):
     from equibench import runner
 
     started = []
-    real = runner._run_isolated
+    real = runner._Worker.__init__
 
-    def counting(c, settings, ctx=None):
+    def counting(self, c, settings, ctx):
         started.append(c)
-        return real(c, settings, ctx)
+        real(self, c, settings, ctx)
 
-    monkeypatch.setattr(runner, "_run_isolated", counting)
+    monkeypatch.setattr(runner._Worker, "__init__", counting)
     cases = [case(impl, d, p) for impl in ("openequivariance", "e3nn")
              for d in ("forward", "backward") for p in ("float32", "float64")]
     frame = run_cases(cases, SETTINGS, progress=False)
@@ -129,3 +129,42 @@ def test_implementations_of_a_job_pass_the_gate_on_a_shared_reference():
     frame = run_cases(cases, SETTINGS, progress=False)
     assert (frame["status"] == "ok").all(), frame["reason"].tolist()
     assert (frame["max_scaled_err"] <= frame["tolerance"]).all()
+
+
+def test_implementations_of_a_case_are_timed_in_interleaved_rounds():
+    """Each round times every implementation once, in a fresh order; the rows keep one
+    median per round and share the group's rounds_id."""
+    from plugins_for_tests import CALL_LOG_DIR
+
+    from equibench.paired import speedup_samples
+
+    rounds = 6
+    names = ("test-log-a", "test-log-b", "test-log-slow")
+    CALL_LOG_DIR.mkdir(exist_ok=True)
+    for name in names:
+        (CALL_LOG_DIR / f"{name}.log").unlink(missing_ok=True)
+    settings = RunSettings(threads=1, plugins=("plugins_for_tests",), timeout_s=120,
+                           measure=MeasureConfig(min_repeats=rounds, max_repeats=rounds,
+                                                 budget_s=0.0, warmup=0, rounds=rounds))
+    frame = run_cases([case(name, "forward", "float32") for name in names], settings,
+                      progress=False)
+    assert (frame["status"] == "ok").all(), frame["reason"].tolist()
+    assert frame["rounds_id"].nunique() == 1 and frame["rounds_id"].iloc[0]
+    assert (frame["round_times_s"].map(len) == rounds).all()
+    # Calls per process: the gate, the equivariance check (2), one per round, peak memory.
+    timed = []
+    for name in names:
+        times = [float(t) for t in (CALL_LOG_DIR / f"{name}.log").read_text().split()]
+        assert len(times) == 3 + rounds + 1
+        timed += [(t, name) for t in times[3:-1]]
+    order = [name for _, name in sorted(timed)]
+    chunks = [tuple(order[i:i + len(names)]) for i in range(0, len(order), len(names))]
+    assert all(sorted(chunk) == sorted(names) for chunk in chunks), chunks
+    assert len(set(chunks)) > 1, "the order must change between rounds"
+    # Paired per round: the 5 ms slower twin is slower in every round.
+    rows = frame.set_index("implementation")
+    ratios, paired = speedup_samples(rows.loc["test-log-slow"], rows.loc["test-log-a"])
+    assert paired and len(ratios) == rounds and (ratios < 1).all()
+    # Timed alone, a case has rounds but no partner.
+    alone = run_cases([case("test-log-a", "forward", "float32")], settings, progress=False)
+    assert alone["rounds_id"].iloc[0] == "" and len(alone["round_times_s"].iloc[0]) == rounds

@@ -1,36 +1,55 @@
 import time
 
-import numpy as np
 import pytest
 import torch
 
-from equibench.measure import MeasureConfig, Timing, peak_memory, rss_available, time_cpu
+from equibench.measure import (
+    MeasureConfig,
+    RoundPlan,
+    Timing,
+    peak_memory,
+    rss_available,
+    time_call,
+    time_round,
+)
 
 
 def test_timing_statistics():
-    t = Timing(samples=[1.0, 2.0, 3.0, 4.0, 5.0])
-    assert t.median == 3.0
+    t = Timing(rounds=[[1.0, 2.0], [3.0], [4.0, 5.0]])
+    assert t.median == 3.0 and t.samples == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert t.iqr == pytest.approx(2.0)
     assert t.repeats == 5
-    assert not t.converged(0.05)
+    assert t.round_medians == [1.5, 3.0, 4.5]
 
 
-def test_adaptive_repeats_stop_when_stable():
-    cfg = MeasureConfig(min_repeats=5, max_repeats=500, target_iqr=0.5, budget_s=5.0, warmup=1)
-    timing = time_cpu(lambda: time.sleep(0.002), cfg)
-    assert 5 <= timing.repeats < 500
-    assert timing.converged(0.5)
-    assert 0.0015 < timing.median < 0.05
+def test_round_plan_shares_repeats_and_budget_among_rounds():
+    plan = MeasureConfig(min_repeats=7, max_repeats=70, budget_s=1.4, rounds=7).round_plan
+    assert (plan.calls_min, plan.calls_max) == (1, 10)
+    assert plan.budget_s == pytest.approx(0.2)
+    # Fewer repeats than rounds: one call a round all the same.
+    assert MeasureConfig(min_repeats=3, max_repeats=3, rounds=7).round_plan.calls_max == 1
+    with pytest.raises(ValueError, match="rounds"):
+        MeasureConfig(rounds=0)
+    with pytest.raises(ValueError, match="max_repeats"):
+        MeasureConfig(min_repeats=10, max_repeats=5)
 
 
-def test_adaptive_repeats_respect_budget():
-    rng = np.random.default_rng(0)
-    # Wildly noisy: never converges, so only the budget stops it.
-    cfg = MeasureConfig(min_repeats=3, max_repeats=10_000, target_iqr=1e-9, budget_s=0.3)
+def test_round_stops_at_its_budget_after_the_minimum_calls():
     start = time.perf_counter()
-    timing = time_cpu(lambda: time.sleep(float(rng.uniform(0, 0.01))), cfg)
-    assert time.perf_counter() - start < 2.0
-    assert timing.repeats >= 3
+    samples = time_round(lambda: time.sleep(0.01) or 0.01,
+                         RoundPlan(calls_min=2, calls_max=1000, budget_s=0.05))
+    assert 2 <= len(samples) <= 10
+    assert time.perf_counter() - start < 1.0
+    # The minimum is taken even past the budget, and the maximum caps it.
+    assert len(time_round(lambda: 0.0, RoundPlan(3, 1000, 0.0))) == 3
+    assert len(time_round(lambda: 0.0, RoundPlan(1, 4, 10.0))) == 4
+
+
+def test_time_call_runs_its_rounds():
+    cfg = MeasureConfig(min_repeats=5, max_repeats=50, budget_s=0.1, warmup=1, rounds=5)
+    timing = time_call(lambda: time.sleep(0.002), cfg, "cpu")
+    assert len(timing.rounds) == 5 and 5 <= timing.repeats <= 50
+    assert 0.0015 < timing.median < 0.05
 
 
 @pytest.mark.skipif(not rss_available(), reason="needs /proc/self/clear_refs (Linux)")

@@ -64,3 +64,23 @@ def test_failed_write_keeps_the_previous_file(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert results.read(path).loc[0, "batch"] == 8
     assert [p.name for p in tmp_path.iterdir()] == ["r.parquet"]
+
+
+def test_tables_from_before_the_round_columns_still_read(tmp_path):
+    """Baselines and histories written before interleaved rounds keep working."""
+    import json
+
+    import pandas as pd
+
+    from equibench import results
+
+    row = results.make_row(run_id="old", level="tp", workload="w", implementation="e3nn",
+                           variant="default", direction="forward", precision="float32",
+                           batch=1, device="cpu", status="ok", time_median_s=1.0,
+                           extra={"cpu_allocator": "tcmalloc"})
+    old = pd.DataFrame([row]).drop(columns=list(results.LATER_COLUMNS))
+    old.to_parquet(tmp_path / "old.parquet")
+    frame = results.read(tmp_path / "old.parquet")
+    assert frame["cpu_allocator"].tolist() == ["tcmalloc"]
+    assert frame["rounds_id"].tolist() == [""] and frame["round_times_s"].tolist() == [[]]
+    assert json.loads(frame["extra"].iloc[0]) == {"cpu_allocator": "tcmalloc"}

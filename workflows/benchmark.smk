@@ -1,4 +1,5 @@
-# One job per (suite, implementation, device): that implementation's sweep over the suite.
+# One job per (suite, device) that sweeps every implementation of the suite (per-suite), or
+# per (suite, implementation, device) (per-implementation: see the schema).
 # Inside it every case runs in a process of its own, so a crash or an out-of-memory case
 # costs that case alone.
 import json

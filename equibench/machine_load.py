@@ -1,0 +1,110 @@
+"""What the machine did while a case was timed: steal time and other processes' CPU use.
+
+A virtual machine's timings move with its neighbours: the hypervisor steals CPU time
+(``steal`` in ``/proc/stat``) and other processes compete for the cores. Hardware counters
+are not available on such VMs, so the runner reads the kernel's CPU accounting around each
+timed slot instead and flags a case measured while the machine was disturbed (pyperf warns
+the same way about unstable results).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+# A case whose timed slots lost more than this share of the machine's CPU time to steal, or
+# saw other processes use more than this share, was measured on a disturbed machine. On a
+# quiet 2-core VM both stay under 2% (the parent's own bookkeeping included).
+STEAL_LIMIT = 0.05
+OTHER_BUSY_LIMIT = 0.10
+
+
+@dataclass(frozen=True)
+class CpuTicks:
+    """Machine-wide CPU time in clock ticks, all cores together (``/proc/stat``)."""
+
+    total: int
+    idle: int  # idle + iowait
+    steal: int
+
+    def __sub__(self, other: CpuTicks) -> CpuTicks:
+        return CpuTicks(self.total - other.total, self.idle - other.idle,
+                        self.steal - other.steal)
+
+
+def machine_ticks() -> CpuTicks | None:
+    """The ``cpu`` line of ``/proc/stat``; None where there is none (not Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice: inside user/nice]
+    fields += [0] * (8 - len(fields))
+    return CpuTicks(total=sum(fields[:8]), idle=fields[3] + fields[4], steal=fields[7])
+
+
+def process_ticks(pid: int) -> int | None:
+    """User + system CPU ticks of a process, all its threads together."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces: fields are counted after its closing parenthesis.
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+@dataclass
+class Load:
+    """Accumulated CPU accounting over the timed slots of one case."""
+
+    total: int = 0
+    steal: int = 0
+    other_busy: int = 0
+
+    def add(self, machine: CpuTicks, own: int) -> None:
+        """One slot: the machine's ticks over it and the ticks of the timed process."""
+        self.total += machine.total
+        self.steal += machine.steal
+        busy = machine.total - machine.idle - machine.steal
+        self.other_busy += max(0, busy - own)
+
+    @property
+    def steal_fraction(self) -> float:
+        return self.steal / self.total if self.total else 0.0
+
+    @property
+    def other_busy_fraction(self) -> float:
+        return self.other_busy / self.total if self.total else 0.0
+
+    def disturbed(self) -> str:
+        """Why the machine counts as disturbed during these slots; '' when it was quiet."""
+        reasons = []
+        if self.steal_fraction > STEAL_LIMIT:
+            reasons.append(f"steal {self.steal_fraction:.0%} of CPU time")
+        if self.other_busy_fraction > OTHER_BUSY_LIMIT:
+            reasons.append(f"other processes used {self.other_busy_fraction:.0%} of CPU time")
+        return "; ".join(reasons)
+
+    def summary(self) -> dict[str, float]:
+        return {"steal_fraction": round(self.steal_fraction, 4),
+                "other_busy_fraction": round(self.other_busy_fraction, 4),
+                "load_1min": os.getloadavg()[0]}
+
+
+class Slot:
+    """Measures one timed slot of the process ``pid``: ``with Slot(pid, load): ...``."""
+
+    def __init__(self, pid: int, load: Load) -> None:
+        self.pid, self.load = pid, load
+
+    def __enter__(self) -> Slot:
+        self.machine, self.own = machine_ticks(), process_ticks(self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        machine, own = machine_ticks(), process_ticks(self.pid)
+        if None not in (machine, own, self.machine, self.own):
+            self.load.add(machine - self.machine, own - self.own)

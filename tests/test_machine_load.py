@@ -1,0 +1,39 @@
+"""What the machine did while a case was timed (equibench.machine_load)."""
+
+import os
+import time
+
+import pytest
+
+from equibench import machine_load
+from equibench.machine_load import CpuTicks, Load
+
+needs_proc = pytest.mark.skipif(machine_load.machine_ticks() is None,
+                                reason="needs /proc/stat (Linux)")
+
+
+def test_quiet_and_disturbed_slots():
+    quiet = Load()
+    # 100 ticks over the slot: the timed process used 90, the machine idled 10.
+    quiet.add(CpuTicks(total=100, idle=10, steal=0), own=90)
+    assert quiet.disturbed() == "" and quiet.other_busy_fraction == 0
+    busy = Load()
+    busy.add(CpuTicks(total=100, idle=0, steal=20), own=50)
+    assert busy.steal_fraction == pytest.approx(0.2)
+    assert busy.other_busy_fraction == pytest.approx(0.3)
+    assert busy.disturbed() == ("steal 20% of CPU time; other processes used 30% of CPU "
+                                "time")
+    assert set(busy.summary()) == {"steal_fraction", "other_busy_fraction", "load_1min"}
+
+
+@needs_proc
+def test_a_slot_counts_the_timed_process_as_its_own():
+    load = Load()
+    with machine_load.Slot(os.getpid(), load):
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:  # this process is the timed one: busy, not other
+            pass
+    assert load.total > 0
+    own = machine_load.process_ticks(os.getpid())
+    assert own is not None and own > 0
+    assert machine_load.process_ticks(2**22 + 12345) is None  # no such process
