@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+# Kept in step with equibench.compare.METRICS (not imported: it pulls in pandas and scipy).
+METRICS = ("status", "speedup", "time", "memory")
+
 
 def _print_frame(frame, markdown: bool) -> None:
     import pandas as pd
@@ -33,12 +36,21 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+def _metrics(text: str) -> list[str]:
+    chosen = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = sorted(set(chosen) - set(METRICS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown metric(s) {unknown}; choose from "
+                                         f"{', '.join(METRICS)}")
+    return chosen
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from equibench import compare, results
 
     changes = compare.compare(results.read(args.base), results.read(args.new),
                               threshold=args.threshold, alpha=args.alpha,
-                              reference=args.reference, time_gate=args.raw_time == "gate")
+                              reference=args.reference, gate=args.gate)
     print(compare.markdown(changes, show_all=args.all))
     return 1 if any(c.fails for c in changes) else 0
 
@@ -111,10 +123,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the rank test (default 0.05)")
     p.add_argument("--reference", default="e3nn", help="reference implementation")
-    p.add_argument("--raw-time", choices=("gate", "report"), default="gate",
-                   help="whether a raw-time regression (same machine) fails the check or is "
-                        "only reported (for a shared machine whose speed drifts between "
-                        "runs; speedups stay gated)")
+    p.add_argument("--gate", type=_metrics, default=list(METRICS),
+                   help="comma-separated metrics whose regressions fail the check, from "
+                        f"{','.join(METRICS)} (default: all); the others are reported, for "
+                        "a shared machine whose speed drifts between runs")
     p.add_argument("--all", action="store_true", help="list unchanged cases too")
     p.set_defaults(func=cmd_compare)
 

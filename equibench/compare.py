@@ -14,9 +14,12 @@ Per case:
   machine's drift; the test then compares the baseline's per-round ratios with the new
   run's. Machine-independent, so a baseline from one machine can check a run on another:
   such a comparison is labelled ``across machines`` and uses nothing else.
-- ``time``: the raw median, only where both rows ran on the same machine. On a shared
-  machine whose speed drifts between runs it can be made report-only (``time_gate``).
+- ``time``: the raw median, only where both rows ran on the same machine.
 - ``peak memory``: same machine only.
+
+Which metrics fail the check is the caller's choice (``gate``): on a shared machine whose
+speed drifts between runs more than a threshold worth having, a metric can be reported
+without failing.
 
 A change counts only when it passes the ratio threshold *and* a one-sided test gives
 p < alpha (asv's rule): a Mann-Whitney U test on the samples where the sample counts can
@@ -35,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -53,6 +56,7 @@ GROUP_COLUMNS = ("level", "workload", "direction", "precision", "batch", "device
                  "cpu_allocator", "run_id", *SAME_MACHINE)
 REFERENCE = "e3nn"
 MIN_MEM_DELTA_BYTES = 4 * 2**20
+METRICS = ("status", "speedup", "time", "memory")
 # Worse statuses rank higher: a change to a higher rank is a regression.
 STATUS_RANK = {"ok": 0, "unavailable": 1, "incorrect": 2, "oom": 2, "error": 2}
 
@@ -269,7 +273,7 @@ def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, thr
 
 
 def _same_machine_changes(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
-                          alpha: float, mem_floor: float, time_gate: bool) -> list[Change]:
+                          alpha: float, mem_floor: float) -> list[Change]:
     joined = latest_ok(base).merge(latest_ok(new), on=[*MATCH_COLUMNS, *SAME_MACHINE],
                                    suffixes=("_b", "_n"))
     changes = []
@@ -280,7 +284,7 @@ def _same_machine_changes(base: pd.DataFrame, new: pd.DataFrame, threshold: floa
         changes.append(Change(
             case=label, metric="time", higher_is_better=False, base=row["time_median_s_b"],
             new=row["time_median_s_n"], p_value=p, verdict=verdict, detectable=detectable,
-            note=_notes(row), gates=time_gate))
+            note=_notes(row)))
         mb, mn = row["peak_mem_bytes_b"], row["peak_mem_bytes_n"]
         if mb > 0 and mn > 0:
             # One number, no samples: the absolute floor stands in for the rank test.
@@ -325,18 +329,28 @@ def _status_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[Change]:
     return changes
 
 
+def metric_kind(metric: str) -> str:
+    """The ``METRICS`` entry of a change's metric name."""
+    return "memory" if metric == "peak memory" else metric.split()[0]
+
+
 def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = 1.10, alpha: float = 0.05,
             reference: str = REFERENCE, mem_floor: float = MIN_MEM_DELTA_BYTES,
-            time_gate: bool = True) -> list[Change]:
+            gate: Iterable[str] = METRICS) -> list[Change]:
     """Every status change and every comparable metric of every case present (ok) in both
-    tables. ``time_gate`` False makes raw-time changes report-only."""
+    tables. A regression of a metric kind not in ``gate`` is reported, not failing."""
+    gate = set(gate)
     if threshold <= 1:
         raise ValueError(f"threshold must be > 1 (a ratio such as 1.10), got {threshold}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    return (_status_changes(base, new)
-            + _relative_changes(base, new, reference, threshold, alpha)
-            + _same_machine_changes(base, new, threshold, alpha, mem_floor, time_gate))
+    if gate - set(METRICS):
+        raise ValueError(f"gate: unknown metric(s) {sorted(gate - set(METRICS))}; choose "
+                         f"from {', '.join(METRICS)}")
+    changes = (_status_changes(base, new)
+               + _relative_changes(base, new, reference, threshold, alpha)
+               + _same_machine_changes(base, new, threshold, alpha, mem_floor))
+    return [replace(c, gates=metric_kind(c.metric) in gate) for c in changes]
 
 
 def _fmt(value: float) -> str:

@@ -225,8 +225,9 @@ class _Session:
         row, bench, timing = self.row, self.bench, self.timing
         try:
             with precision_mode(self.precision):
-                row["peak_mem_bytes"], row["peak_mem_method"] = peak_memory(
-                    bench.call, self.case.device)
+                peak, row["peak_mem_method"] = peak_memory(bench.call, self.case.device)
+            # Memory that amortized work keeps between calls belongs to every call.
+            row["peak_mem_bytes"] = peak + bench.kept_bytes if peak >= 0 else peak
         except Exception as err:  # noqa: BLE001
             return _failed(row, err)
         median = timing.median
@@ -235,7 +236,8 @@ class _Session:
                  for key, value in bench.extra.items()
                  if key.endswith("_per_call") and isinstance(value, (int, float))}
         row["extra"] = {**bench.extra, **rates, "latency_s": median,
-                        "first_call_s": self.first_call_s,
+                        "first_call_s": self.first_call_s, "amortized": bench.amortized,
+                        "kept_bytes": bench.kept_bytes,
                         **({"machine_load": load} if load else {})}
         return {
             **row, "status": "ok",

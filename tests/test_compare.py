@@ -135,7 +135,7 @@ def _interleaved(seed: int, slow: dict[str, float] | None = None, rounds: int = 
 
 def test_paired_rounds_cancel_machine_drift():
     base, rerun = _interleaved(0), _interleaved(1)
-    changes = compare.compare(base, rerun, time_gate=False)
+    changes = compare.compare(base, rerun, gate=("status", "speedup", "memory"))
     # Raw times moved with the machine (reported only); the paired speedups did not.
     assert not [c for c in changes if c.fails]
     speedups = [c for c in changes if c.metric.startswith("speedup")]
@@ -147,7 +147,7 @@ def test_paired_rounds_cancel_machine_drift():
 
 def test_paired_rounds_find_a_small_slowdown_through_drift():
     changes = compare.compare(_interleaved(0), _interleaved(1, slow={"fused": 1.25}),
-                              time_gate=False)
+                              gate=("status", "speedup", "memory"))
     failing = [c for c in changes if c.fails]
     assert failing and all(" fused " in c.case for c in failing)
     assert {c.metric for c in failing} == {"speedup vs e3nn"}
@@ -212,11 +212,21 @@ def test_compare_cli_exit_status_and_table(base, tmp_path, capsys):
     assert _cli(["compare", str(tmp_path / "slow.parquet"), str(tmp_path / "base.parquet")]) == 0
     with pytest.raises(ValueError, match="threshold"):
         compare.compare(base, base, threshold=0.9)
-    # Raw times that drift with the machine: reported, not failing, with --raw-time report.
+    # A machine twice as slow for everything: raw times regress, paired speedups do not;
+    # reported, not failing, when raw times are not gated.
+    slow = _interleaved(0)
+    for col in ("time_samples", "round_times_s"):
+        slow[col] = slow[col].map(lambda s: [2 * x for x in s])
+    slow["time_median_s"] *= 2
     results.write_atomic(_interleaved(0), tmp_path / "a.parquet")
-    results.write_atomic(_interleaved(1), tmp_path / "b.parquet")
+    results.write_atomic(slow, tmp_path / "b.parquet")
+    assert _cli(["compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]) == 1
     assert _cli(["compare", str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"),
-                 "--raw-time", "report"]) == 0
+                 "--gate", "status,speedup"]) == 0
+    assert "(report)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        _cli(["compare", "a", "b", "--gate", "speed"])
+    assert cli_reports.METRICS == compare.METRICS
 
 
 def test_markdown_table_counts_and_escapes_pipes():

@@ -24,6 +24,7 @@ from equibench.implementations.se3_transformer.switches import (
 )
 from equibench.implementations.se3_transformer.tfn import BACKENDS
 
+from equibench import registry
 from equibench.cases import Case
 from equibench.measure import MeasureConfig
 from equibench.runner import RunSettings, run_case
@@ -145,6 +146,36 @@ def test_runner_cases_pass_the_gate(variant, direction):
     assert row["throughput_unit"] == "molecules/s"
     assert row["extra"]["switches"] == variant_switches(variant).to_dict()
     assert row["equivariance_err"] < 1e-4
+
+
+def test_only_the_amortized_variants_compute_bases_outside_the_step(monkeypatch):
+    """NVIDIA's recipe and `optimized` pay the edge bases inside the timed step; the
+    precomputed variants say what they amortize and count the kept bases in their peak."""
+    from equibench.implementations.se3_transformer import model as se3t_model
+
+    calls = []
+    real = se3t_model.SE3TransformerPooled.bases
+
+    def counting(self, edge_vec):
+        calls.append(1)
+        return real(self, edge_vec)
+
+    monkeypatch.setattr(se3t_model.SE3TransformerPooled, "bases", counting)
+    family = registry.model_family("se3t-qm9-small")
+    for variant, amortizes in (("optimized", False), ("nvidia-default", False),
+                               ("nvidia-precompute", True), ("basis_cache", True)):
+        case = Case("model", "se3t-qm9-small", "basis", variant, "train_step", "float32", 4,
+                    "cpu")
+        bench = family.build_bench(case, torch.float32, 0)
+        calls.clear()
+        bench.call()
+        assert len(calls) == (0 if amortizes else 1), variant  # once per step, shared
+        assert bool(bench.amortized) == amortizes and (bench.kept_bytes > 0) == amortizes
+    row = _case("nvidia-precompute", "train_step")
+    assert row["status"] == "ok", row.get("reason")
+    assert "precompute_bases" in row["extra"]["amortized"]
+    assert row["peak_mem_bytes"] >= row["extra"]["kept_bytes"] > 0
+    assert _case("nvidia-default", "inference")["extra"]["amortized"] == ""
 
 
 def test_dgl_cases_say_why_they_cannot_run():

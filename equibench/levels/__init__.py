@@ -17,6 +17,10 @@ class Bench:
     ``call`` is the timed call; it returns the named outputs that the gate compares with
     ``reference()`` (computed in float64 with e3nn on the same inputs). Cases with the same
     ``reference_key`` have the same reference, which a job then computes once.
+
+    ``amortized`` says what work the case does once, outside the timed call, that a step
+    with a new batch would pay ('' when nothing: the default, and the rule); ``kept_bytes``
+    is the memory that such work keeps between calls, which counts in the peak.
     """
 
     call: Callable[[], Outputs]
@@ -28,6 +32,8 @@ class Bench:
     equivariance: Callable[[], float] | None = None
     extra: dict = field(default_factory=dict)
     reference_key: str | None = None
+    amortized: str = ""
+    kept_bytes: int = 0
 
 
 def input_key(level: str, workload: str, direction: str, batch: int, seed: int,

@@ -7,8 +7,10 @@ backend (``tfn.BACKENDS``), its ``variant`` the switch set (``switches.VARIANTS`
 optionally ``+dgl``).
 
 Directions: ``inference`` (forward without autograd) and ``train_step`` (forward, L1
-loss on the standardized HOMO, backward, Adam step). Outside the timed call: data,
-graph-op structures and, with ``basis_cache``, the edge bases.
+loss on the standardized HOMO, backward, Adam step). Outside the timed call: data and
+graph-op structures; the edge bases only in the amortized variants (``basis_cache``,
+``nvidia-precompute``: ``extra.amortized`` says so, and their kept bases count in the peak
+memory through ``Bench.kept_bytes``).
 
 Gate: the first call against a float64 model holding the same function (weights mapped
 from one master model, ``model.transfer_weights``), on backend ``basis`` with nothing
@@ -29,7 +31,7 @@ from equibench.registry import ModelFamily, Unsupported, register_model
 
 from .graph_ops import dgl_unavailable, make_graph_ops
 from .model import SIZES, MoleculeBatch, SE3TransformerPooled, build_model, featurize
-from .switches import OPTIMIZED, variant_switches
+from .switches import OPTIMIZED, amortized, variant_switches
 from .tfn import BACKENDS
 
 WORKLOADS = {"se3t-qm9": "full", "se3t-qm9-medium": "medium", "se3t-qm9-small": "small"}
@@ -115,6 +117,17 @@ def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None,
     return inference if direction == "inference" else train_step
 
 
+def _tensors(tree: object) -> list[torch.Tensor]:
+    """The tensors held in nested dicts, lists and tuples (the cached bases)."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, dict):
+        tree = list(tree.values())
+    if isinstance(tree, (list, tuple)):
+        return [t for item in tree for t in _tensors(item)]
+    return []
+
+
 @register_model
 class SE3TransformerFamily(ModelFamily):
     prefix = "se3t"
@@ -184,7 +197,8 @@ class SE3TransformerFamily(ModelFamily):
 
         return Bench(
             call=call, reference=reference, items=case.batch, unit="molecules/s",
-            equivariance=equivariance,
+            equivariance=equivariance, amortized=amortized(switches),
+            kept_bytes=sum(t.numel() * t.element_size() for t in _tensors(bases)),
             extra={
                 "size": size, "model": SIZES[size].to_dict(), "switches": switches.to_dict(),
                 "backend": case.implementation, "molecules": case.batch,

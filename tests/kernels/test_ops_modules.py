@@ -104,8 +104,27 @@ def test_equivariance() -> None:
     assert_close(rotated, conv(xn, ye, we, src, dst, 6) @ d3.T, torch.float64, "conv")
 
 
+def test_plan_is_built_every_call_unless_reused(monkeypatch) -> None:
+    from equibench.kernels import graph
+
+    built = []
+    real = graph.ConvPlan.build.__func__
+    monkeypatch.setattr(graph.ConvPlan, "build",
+                        classmethod(lambda cls, *a: built.append(1) or real(cls, *a)))
+    src, dst = GRAPH
+    desc = mixed_descriptor()
+    xn, _, _, _ = random_inputs(desc, rows=6)
+    _, ye, we, _ = random_inputs(desc, rows=14, seed=1)
+    for reuse, builds in ((False, 3), (True, 1)):
+        built.clear()
+        conv = FusedConvolution(desc, reuse_plan=reuse)
+        outs = [conv(xn, ye, we, src, dst, 6) for _ in range(3)]
+        assert len(built) == builds
+        assert all(torch.equal(o, outs[0]) for o in outs)
+
+
 def test_plan_is_cached_and_rebuilt() -> None:
-    conv = FusedConvolution(mixed_descriptor())
+    conv = FusedConvolution(mixed_descriptor(), reuse_plan=True)
     src, dst = GRAPH
     first = conv.plan(src, dst, 6, 6)
     assert conv.plan(src.clone(), dst.clone(), 6, 6) is first  # same graph by value
