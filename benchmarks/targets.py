@@ -17,6 +17,10 @@ apart) the ratio of medians, marked ``unpaired``. Targets (float32, CPU):
 - SE(3)-Transformer (each model size in the table): at the largest batch where both ran,
   ``optimized`` trains >= 5x faster and with >= 5x less peak memory than ``baseline``.
 
+Ratios pair rows of one run, host and device only (a table of several prints each apart); a
+peak memory that was not measured (-1) or fell below the method's resolution (0) meets no
+target.
+
 Exit status 0 whatever the verdicts: it reports, CI decides (``equibench compare``).
 """
 
@@ -55,10 +59,20 @@ def _ratio(slower: pd.Series | None, faster: pd.Series | None
     return None if slower is None or faster is None else paired_ratio(slower, faster)
 
 
-def _line(name: str, value: float | tuple[float, float, float, bool] | None, target: float,
-          unit: str = "x", higher_is_better: bool = True) -> str:
-    if value is None:
-        return f"  {name:58s} {'missing':>9s}  (target {target:g}{unit})"
+def _memory_ratio(a: pd.Series | None, b: pd.Series | None) -> float | str | None:
+    """Peak memory of ``a`` over ``b``; 'not measured' where either peak is unknown (-1) or
+    below the method's resolution (0): such a ratio can meet no target."""
+    if a is None or b is None:
+        return None
+    if a["peak_mem_bytes"] <= 0 or b["peak_mem_bytes"] <= 0:
+        return "not measured"
+    return a["peak_mem_bytes"] / b["peak_mem_bytes"]
+
+
+def _line(name: str, value: float | tuple[float, float, float, bool] | str | None,
+          target: float, unit: str = "x", higher_is_better: bool = True) -> str:
+    if value is None or isinstance(value, str):
+        return f"  {name:58s} {value or 'missing':>12s}  (target {target:g}{unit})"
     spread = ""
     if isinstance(value, tuple):
         value, q1, q3, paired = value
@@ -84,9 +98,7 @@ def fused_kernels(frame: pd.DataFrame, machine: dict | None) -> Iterator[str]:
                     if first is not None:  # excluded from the ratio, reported beside it
                         yield f"    (its first call, compilation included: {first:.1f} s)"
             e3nn = _one(conv, implementation="e3nn", direction=direction, batch=batch)
-            memory = (fused["peak_mem_bytes"] / e3nn["peak_mem_bytes"]
-                      if fused is not None and e3nn is not None and e3nn["peak_mem_bytes"] > 0
-                      else None)
+            memory = _memory_ratio(fused, e3nn)
             yield _line(f"conv {CONV_WORKLOAD} {direction} b={batch}: peak memory fused / e3nn",
                         memory, 0.25, "", higher_is_better=False)
             if machine and fused is not None:
@@ -135,13 +147,14 @@ def _se3t_ratios(rows: pd.DataFrame) -> Iterator[str]:
         base = _one(rows, variant="baseline", direction=direction, batch=batch)
         opt = _one(rows, variant="optimized", direction=direction, batch=batch)
         speed = _ratio(base, opt)
-        memory = base["peak_mem_bytes"] / max(opt["peak_mem_bytes"], 1)
+        memory = _memory_ratio(base, opt)
         if direction == "train_step":
             yield _line(f"{direction} b={batch}: time baseline / optimized", speed, 5)
             yield _line(f"{direction} b={batch}: peak memory baseline / optimized", memory, 5)
         else:  # no target: reported for the picture
+            shown = memory if isinstance(memory, str) else f"{memory:.2f}x"
             yield (f"  {direction + f' b={batch}: time, memory baseline / optimized':58s} "
-                   f"{speed[0]:9.2f}x {memory:.2f}x")
+                   f"{speed[0]:9.2f}x {shown}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,8 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     # {"cpu": {"peak_gflops": {"float32": ...}, "bandwidth_gbps": ...}} (equibench probe)
     probe = json.loads(machine.read_text()).get("cpu") if machine.exists() else None
     print(f"targets measured in {args.results}")
-    for line in (*fused_kernels(frame, probe), *se3_transformer(frame)):
-        print(line)
+    # Ratios are taken between rows of one run on one machine and device only.
+    for (run_id, host, device), rows in frame.groupby(["run_id", "host", "device"]):
+        print(f"run {run_id} on {host}, {device}")
+        for line in (*fused_kernels(rows, probe), *se3_transformer(rows)):
+            print(line)
     return 0
 
 

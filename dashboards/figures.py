@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 
 from equibench.cases import DIRECTIONS
 from equibench.compare import REFERENCE, machine_labels, speedups
+from equibench.results import TIMED_STATUSES
 
 PALETTE = qualitative.Plotly + qualitative.D3
 MARGIN = dict(t=110, l=70, r=30, b=60)
@@ -50,7 +51,7 @@ def esc(value: object) -> str:
 def prepared(frame: pd.DataFrame, ok_only: bool = True) -> pd.DataFrame:
     """Ok rows (or all) with the derived columns the figures use (machine, tag, series,
     commit)."""
-    ok = (frame[frame["status"] == "ok"] if ok_only else frame).copy()
+    ok = (frame[frame["status"].isin(TIMED_STATUSES)] if ok_only else frame).copy()
     ok["machine"] = machine_labels(ok)
     ok["tag"] = [tag(m, p) for m, p in zip(ok["machine"], ok["precision"], strict=True)]
     ok["series"] = [i if v == "default" else f"{i} [{v}]"
@@ -77,7 +78,7 @@ def _largest_batch(data: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 STATUS_COLORS = {"ok": "#2f9e44", "incorrect": "#e03131", "oom": "#f08c00",
-                 "error": "#862e9c", "unavailable": "#adb5bd"}
+                 "error": "#862e9c", "unavailable": "#adb5bd", "imported": "#1971c2"}
 
 
 def status_counts(frame: pd.DataFrame) -> Chart:
@@ -103,12 +104,13 @@ def throughput_heatmap(frame: pd.DataFrame, level: str) -> Chart:
     """log10 throughput, workload x implementation, one panel per direction (largest batch)."""
     key, title = f"{level}-heatmap", f"{level}: throughput at the largest batch measured"
     rows = prepared(frame[frame["level"] == level], ok_only=False)
-    data = rows[rows["status"] == "ok"]
+    data = rows[rows["status"].isin(TIMED_STATUSES)]
     if data.empty:
         return Chart(key, title, None)
     data = _largest_batch(data, ["workload", "series", "direction", "tag"])
     # A cell without an ok row says why: unavailable, incorrect, oom, error.
-    why = rows[rows["status"] != "ok"].drop_duplicates(["tag", "direction", "workload", "series"])
+    why = rows[~rows["status"].isin(TIMED_STATUSES)].drop_duplicates(
+        ["tag", "direction", "workload", "series"])
     directions = _directions(data)
     workloads = sorted(rows["workload"].unique())
     series = sorted(rows["series"].unique(), key=lambda s: (s != REFERENCE, s))

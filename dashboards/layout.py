@@ -25,6 +25,7 @@ table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0 1.5rem; 
 th, td { border: 1px solid #ccc; padding: 0.2rem 0.5rem; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; }
 .note, .empty { color: #555; }
+.banner { background: #fff3bf; border: 1px solid #f08c00; padding: .5em; font-weight: bold; }
 .chart { margin-bottom: 2rem; }
 .verdict-reproduced { background: #d3f9d8; }
 .verdict-not-reproduced { background: #ffe3e3; }
@@ -97,7 +98,8 @@ def blocks_html(blocks: Sequence[Block]) -> str:
     return "".join(parts)
 
 
-def page(spec: PageSpec, body: str) -> str:
+def page(spec: PageSpec, body: str, banner: str = "") -> str:
+    """One page of the site; ``banner``, when given, heads it (e.g. synthetic data)."""
     current = ' class="current"'
     nav = "".join(f'<a href="{p.file}"{current if p.file == spec.file else ""}>'
                   f"{html.escape(p.nav)}</a>" for p in PAGES)
@@ -107,6 +109,7 @@ def page(spec: PageSpec, body: str) -> str:
 <title>{html.escape(spec.heading)} - equibench</title>
 <style>{STYLE}</style></head><body>
 <nav>{nav}</nav>
+{f'<p class="banner">{html.escape(banner)}</p>' if banner else ""}
 <h1>{html.escape(spec.heading)}</h1>
 {body}
 </body></html>

@@ -1,5 +1,8 @@
 """A synthetic result table that exercises every page of the site.
 
+Every row says it is synthetic (``extra.synthetic``): the site labels every page, and claims
+never count such rows.
+
 Used by the tests and for previewing the site without running a benchmark
 (``python -m equibench.dashboards.sample OUT_DIR``). Times follow a simple model (work x
 implementation factor / machine speed) with log-normal noise, so ratios are known.
@@ -61,7 +64,7 @@ def _rows(rng: np.random.Generator, commit: str, run_id: str) -> Iterator[dict]:
                       * (2.0 if precision == "float64" else 1.0) / speed)
             samples = _samples(rng, median, 20)
             flops = 3e4 * batch if level == "tp" else 1e7 * batch
-            extra = dict(peaks)
+            extra = {**peaks, "synthetic": True}
             if level == "model":
                 extra["breakdown"] = {"tensor product": 0.6 * median, "radial MLP": 0.25 * median,
                                       "other": 0.15 * median}

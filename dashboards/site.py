@@ -57,15 +57,28 @@ def _problems(frame: pd.DataFrame) -> pd.DataFrame:
                                        "reason"])
 
 
+def _banner(frame: pd.DataFrame) -> str:
+    """A warning for every page when any row is synthetic (``extra.synthetic``)."""
+    synthetic = frame["extra"].map(lambda e: bool(e) and bool(json.loads(e).get("synthetic")))
+    if not synthetic.any():
+        return ""
+    return (f"Synthetic data: {int(synthetic.sum())} of {len(frame)} rows were made up by "
+            "equibench.dashboards.sample to preview the site, not measured; no claim counts "
+            "them.")
+
+
 def _index(frame: pd.DataFrame, claim_rows: pd.DataFrame, claim_details: pd.DataFrame
            ) -> list[Block]:
     verdict_classes = ["verdict-" + v.replace(" ", "-") for v in claim_rows.get("verdict", [])]
     env = frame[[c for c in ENV_COLUMNS if c in frame.columns]].drop_duplicates()
     claims_link = '<p><a href="claims.csv">claims (CSV)</a></p>' if not claim_rows.empty else ""
     return [f"""
-<p class="note">Every timed case first matched the float64 e3nn reference within its
-precision's tolerance. Throughput is work items per second (median over repeats); speedups
-compare implementations measured in the same run.</p>
+<p class="note">Every ok case first matched its float64 reference within its precision's
+tolerance: e3nn in float64 for tensor products and convolutions, which for e3nn's own rows
+is the same code (each row's <code>extra.reference</code> says what it was checked against).
+Imported rows were timed elsewhere and never checked. Throughput is work items per second
+(median over repeats); speedups compare implementations measured in the same run, as the
+median of per-round ratios where they were timed in interleaved rounds.</p>
 <h2>Claims</h2>
 <p class="note">{VERDICT_RULE}</p>
 {table(claim_rows, verdict_classes)}{claims_link}
@@ -149,7 +162,7 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
         for chart in blocks:
             if isinstance(chart, Chart) and chart.figure is not None:
                 chart.data.to_csv(out / f"{chart.key}.csv", index=False)
-        _write_atomic(out / name, page(specs[name], blocks_html(blocks)))
+        _write_atomic(out / name, page(specs[name], blocks_html(blocks), _banner(frame)))
     if not claim_rows.empty:
         claim_rows.to_csv(out / "claims.csv", index=False)
     frame.drop(columns=["time_samples"]).to_csv(out / "results.csv", index=False)

@@ -20,6 +20,7 @@ Verdict rule, per claim and machine:
 from __future__ import annotations
 
 import importlib.resources
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -199,6 +200,17 @@ class _Bootstrap:
         return row["batch"] / medians if self.quantity == "throughput" else medians
 
 
+def _excluded(extra: str) -> str:
+    """Why a row cannot be a claim's evidence ('' when it can): synthetic (``extra.synthetic``)
+    or a fallback path (``extra.code_path.fallback``)."""
+    data = json.loads(extra) if extra else {}
+    if data.get("synthetic"):
+        return "synthetic rows (not measured)"
+    path = data.get("code_path") or {}
+    fallback = path.get("fallback", "") if isinstance(path, dict) else ""
+    return f"fallback: {fallback}" if fallback else ""
+
+
 def _max_batch_rows(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """One row per group: the largest batch that ran ok."""
     return rows.sort_values("batch").groupby(keys, as_index=False).tail(1)
@@ -265,9 +277,18 @@ def evaluate_claim(claim: Claim, frame: pd.DataFrame, resamples: int = BOOTSTRAP
     if claim.quantity == "peak_mem_bytes":
         ok = ok[ok["peak_mem_bytes"] > 0]  # -1: not measured; 0: below the method's resolution
     ok["machine"] = machine_labels(ok)
-    pairs = _pairs(claim, ok)
+    # A fallback (e.g. cuEquivariance's pure-PyTorch path) is not the product a claim is
+    # about, and synthetic rows were never measured: neither ever counts.
+    excluded = ok["extra"].map(_excluded)
+    pairs = _pairs(claim, ok[excluded == ""])
     if pairs.empty:
-        return [ClaimResult(claim, NOT_MEASURED, note="no matching ok rows")]
+        matched = _pairs(claim, ok)
+        note = "no matching ok rows"
+        if not matched.empty:
+            indices = [*matched["num_index"], *matched.get("den_index", [])]
+            reasons = sorted({excluded[i] for i in indices} - {""})
+            note = "only rows that cannot count matched: " + "; ".join(reasons)
+        return [ClaimResult(claim, NOT_MEASURED, note=note)]
     boot = _Bootstrap(claim.quantity, resamples, seed)
     out = []
     for machine, group in pairs.groupby("machine", sort=True):

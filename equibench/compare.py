@@ -46,6 +46,7 @@ from scipy.stats import mannwhitneyu, ttest_ind
 
 from equibench.cases import KEY_FIELDS
 from equibench.paired import samples_of, speedup_samples
+from equibench.results import TIMED_STATUSES
 
 KEY_COLUMNS: tuple[str, ...] = KEY_FIELDS
 MATCH_COLUMNS: tuple[str, ...] = (*KEY_FIELDS, "threads", "cpu_allocator")
@@ -58,7 +59,7 @@ REFERENCE = "e3nn"
 MIN_MEM_DELTA_BYTES = 4 * 2**20
 METRICS = ("status", "speedup", "time", "memory")
 # Worse statuses rank higher: a change to a higher rank is a regression.
-STATUS_RANK = {"ok": 0, "unavailable": 1, "incorrect": 2, "oom": 2, "error": 2}
+STATUS_RANK = {"ok": 0, "imported": 0, "unavailable": 1, "incorrect": 2, "oom": 2, "error": 2}
 
 
 def machine_labels(frame: pd.DataFrame) -> pd.Series:
@@ -81,8 +82,10 @@ def latest(frame: pd.DataFrame, keys: Iterable[str]) -> pd.DataFrame:
 
 
 def latest_ok(frame: pd.DataFrame) -> pd.DataFrame:
-    """Ok rows, one per case and machine: the most recent when a table holds several runs."""
-    return latest(frame[frame["status"] == "ok"], [*MATCH_COLUMNS, *SAME_MACHINE])
+    """Timed rows (ok or imported), one per case and machine: the most recent when a table
+    holds several runs."""
+    return latest(frame[frame["status"].isin(TIMED_STATUSES)],
+                  [*MATCH_COLUMNS, *SAME_MACHINE])
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,11 @@ from dataclasses import dataclass
 import torch
 
 
+class NonFiniteReference(ValueError):
+    """The float64 reference holds NaN or infinity: nothing can be checked against it, and
+    the case is recorded as an error instead of passing."""
+
+
 @dataclass(frozen=True)
 class GateResult:
     passed: bool
@@ -33,10 +38,16 @@ def compare(
     """Largest error over all named outputs.
 
     The scaled error of one output is ``max|out - ref| / max(max|ref|, 1)``. A missing
-    output, a shape mismatch or a non-finite value fails the gate.
+    output, a shape mismatch or a non-finite value fails the gate; a non-finite reference
+    raises :class:`NonFiniteReference`.
     """
     worst, max_abs, max_scaled = "", 0.0, 0.0
     for name, ref in reference.items():
+        if not torch.isfinite(ref).all():
+            raise NonFiniteReference(
+                f"the float64 reference's {name!r} is not finite (NaN or infinity); the "
+                "inputs or the reference implementation are broken, so the case cannot be "
+                "checked")
         if name not in outputs:
             return GateResult(False, float("inf"), float("inf"), tolerance, f"{name} missing")
         out = outputs[name]

@@ -70,7 +70,8 @@ def _provenance(doc: Mapping) -> dict:
 
 
 def read(path: str | Path, run_id: str | None = None) -> Imported:
-    """The benchmarks of one pytest-benchmark JSON file as result rows (status ok)."""
+    """The benchmarks of one pytest-benchmark JSON file as result rows (status
+    ``imported``: timed outside equibench, never gated against the reference)."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
@@ -89,7 +90,7 @@ def read(path: str | Path, run_id: str | None = None) -> Imported:
             skipped.append(f"{name} (no {err.args[0]} in extra_info or params)")
             continue
         extra = bench.get("extra_info") or {}
-        row = {**provenance, **case, **_timing(bench["stats"]), "run_id": run, "status": "ok",
+        row = {**provenance, **case, **_timing(bench["stats"]), "run_id": run, "status": "imported",
                "throughput_unit": "products/s" if case["level"] == "tp" else "structures/s"}
         row.update({k: extra[k] for k in EXTRA_COLUMNS if k in extra})
         row["throughput"] = row["batch"] / row["time_median_s"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -50,6 +51,25 @@ class Implementation:
 
     def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
         raise Unsupported(f"{self.name} has no convolution builder")
+
+    def code_path(self, built: object, device: str) -> CodePath:
+        """What actually executes in ``built`` (a builder's result) on ``device``; recorded
+        in every row as ``extra.code_path``. Override where the path depends on the machine
+        (a fallback, a backend chosen at run time)."""
+        return CodePath(self.description or self.name)
+
+
+@dataclass(frozen=True)
+class CodePath:
+    """The code a row ran: ``path`` says what executed; ``fallback`` says why it is not the
+    implementation's product path ('' when it is), e.g. a pure-PyTorch fallback where the
+    CUDA kernels are missing. Claims never count a fallback as the product."""
+
+    path: str
+    fallback: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "fallback": self.fallback}
 
 
 class ModelFamily:

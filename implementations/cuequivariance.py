@@ -35,7 +35,14 @@ import warnings
 
 import torch
 
-from equibench.registry import ConvFunction, Implementation, TPFunction, Unsupported, register
+from equibench.registry import (
+    CodePath,
+    ConvFunction,
+    Implementation,
+    TPFunction,
+    Unsupported,
+    register,
+)
 from equibench.workloads import TPProblem
 
 log = logging.getLogger(__name__)
@@ -102,7 +109,13 @@ def choose_method(poly, device: str) -> str:
 
 
 class CueProduct(torch.nn.Module):
-    """The product on e3nn-layout tensors: ``x (B, d1), y (B, d2), w (B, weight_numel)``."""
+    """The product on e3nn-layout tensors: ``x (B, d1), y (B, d2), w (B, weight_numel)``.
+
+    cuEquivariance's kernels take ``ir_mul`` operands: the inputs are transposed from
+    e3nn's ``mul_ir`` on every call and the output back, as cuEquivariance's own
+    ``layout=mul_ir`` modules do (a model that keeps its features in ``ir_mul`` would not
+    pay this; the row's ``extra.code_path`` says so).
+    """
 
     def __init__(self, problem: TPProblem, dtype: torch.dtype, device: str):
         super().__init__()
@@ -178,3 +191,12 @@ class CuEquivariance(Implementation):
 
     def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
         return CueProduct(problem, dtype, device).conv
+
+    def code_path(self, built: object, device: str) -> CodePath:
+        product: CueProduct = getattr(built, "__self__", built)  # conv: a bound method
+        path = (f"cuequivariance_torch SegmentedPolynomial method={product.method}; inputs "
+                "and output transposed between mul_ir and ir_mul on every call")
+        if product.method == "naive":
+            return CodePath(path, "naive: pure PyTorch, not cuEquivariance's CUDA kernels "
+                                  "(they need cuequivariance_ops_torch and a CUDA device)")
+        return CodePath(path)

@@ -8,7 +8,7 @@ import torch
 
 from equibench.cases import Case
 from equibench.convolution import gather_tp_scatter
-from equibench.registry import ConvFunction, Implementation, TPFunction, register
+from equibench.registry import CodePath, ConvFunction, Implementation, TPFunction, register
 from equibench.workloads import TPProblem
 
 
@@ -53,3 +53,7 @@ class E3nnCompiled(E3nn):
     def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
         return torch.compile(_conv_from_tp(super().build_tp(problem, dtype, device)),
                              dynamic=False)
+
+    def code_path(self, built: object, device: str) -> CodePath:
+        return CodePath("e3nn o3.TensorProduct compiled by torch.compile (inductor, static "
+                        "shapes)")

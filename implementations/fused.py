@@ -6,7 +6,14 @@ import shutil
 
 import torch
 
-from equibench.registry import ConvFunction, Implementation, TPFunction, Unsupported, register
+from equibench.registry import (
+    CodePath,
+    ConvFunction,
+    Implementation,
+    TPFunction,
+    Unsupported,
+    register,
+)
 from equibench.workloads import TPProblem
 
 
@@ -57,3 +64,10 @@ class Fused(Implementation):
             return FusedConvolution(self._descriptor(problem), _backend(device))
         except KernelUnavailable as err:
             raise Unsupported(str(err)) from err
+
+    def code_path(self, built: object, device: str) -> CodePath:
+        backend = ("Triton kernels" if _backend(device) == "triton"
+                   else "generated C++ kernels (OpenMP)")
+        plan = ("; graph plan (CSR sort) built every call"
+                if getattr(built, "reuse_plan", None) is False else "")
+        return CodePath(f"equibench {backend}, torch.library custom ops{plan}")

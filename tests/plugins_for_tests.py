@@ -98,3 +98,15 @@ class LoggedB(_Logged):
 class LoggedSlow(_Logged):
     name = "test-log-slow"
     delay_s = 0.005
+
+
+@register
+class WrongForwardOnly(Implementation):
+    """The e3nn product plus a constant: every gradient is right, the output is not."""
+
+    name = "test-offset"
+    levels = frozenset({"tp"})
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+        module = problem.e3nn_module(dtype).to(device)
+        return lambda x, y, w: module(x, y, w) + 0.01

@@ -1,6 +1,7 @@
 """Claims: the packaged file, the pairing, the bootstrap interval and the verdict rule."""
 
 import argparse
+import json
 import math
 
 import pandas as pd
@@ -23,7 +24,19 @@ REFERENCE_IDS = {"se3t-train-speedup", "se3t-train-memory", "se3t-max-batch",
 
 @pytest.fixture(scope="module")
 def frame() -> pd.DataFrame:
-    return synthetic_results(seed=0)
+    """The sample's rows without their synthetic mark: the verdict logic on rows that stand
+    for measured ones (marked synthetic rows never count: see the test below)."""
+    sample = synthetic_results(seed=0)
+    sample["extra"] = sample["extra"].map(
+        lambda e: json.dumps({k: v for k, v in json.loads(e).items() if k != "synthetic"})
+        if e else e)
+    return sample
+
+
+def test_synthetic_rows_never_reproduce_a_claim():
+    found = claims.evaluate(claims.load(), synthetic_results(seed=0))
+    assert REPRODUCED not in {r.verdict for r in found}
+    assert any("synthetic rows (not measured)" in r.note for r in found)
 
 
 def _claim(**kw) -> Claim:
@@ -44,7 +57,9 @@ def test_packaged_claims_cover_the_reference():
         assert c.source and c.statement and c.hardware and c.claimed > 0
         assert c.measurable or c.reason
     unmeasurable = {c.id for c in loaded if not c.measurable}
-    assert unmeasurable == {"se3t-time-to-train", "transformer-codesign"}
+    assert unmeasurable == {"se3t-time-to-train", "transformer-codesign", "se3t-max-batch"}
+    max_batch = next(c for c in loaded if c.id == "se3t-max-batch")
+    assert "float16" in max_batch.reason
 
 
 def test_packaged_claims_on_sample_results(frame):
@@ -199,3 +214,19 @@ def test_interleaved_rows_give_the_paired_ratio_and_a_tighter_interval():
     unpaired = frame.assign(rounds_id="")
     (apart,) = claims.evaluate([_claim(claimed=2.0, quantity="throughput")], unpaired)
     assert apart.ci_high - apart.ci_low > 1.0  # the drift lands in the interval
+
+
+def test_fallback_rows_never_stand_for_the_product(frame):
+    """cuEquivariance's pure-PyTorch fallback is not what a claim about cuEquivariance
+    measured: its rows are left out, and the verdict says why."""
+    import json
+
+    marked = frame.copy()
+    cue = marked["implementation"] == "cuequivariance"
+    marked.loc[cue, "extra"] = json.dumps(
+        {"code_path": {"path": "method=naive", "fallback": "naive: pure PyTorch"}})
+    claim = next(c for c in claims.load() if c.id == "oeq-tp-vs-cue")
+    (found,) = claims.evaluate([claim], results.validate(marked))
+    assert found.verdict == NOT_MEASURED
+    assert found.note == "only rows that cannot count matched: fallback: naive: pure PyTorch"
+    assert {r.verdict for r in claims.evaluate([claim], frame)} != {NOT_MEASURED}

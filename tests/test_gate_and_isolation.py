@@ -168,3 +168,38 @@ def test_implementations_of_a_case_are_timed_in_interleaved_rounds():
     # Timed alone, a case has rounds but no partner.
     alone = run_cases([case("test-log-a", "forward", "float32")], settings, progress=False)
     assert alone["rounds_id"].iloc[0] == "" and len(alone["round_times_s"].iloc[0]) == rounds
+
+
+@pytest.mark.parametrize("direction", ["backward", "double_backward"])
+def test_a_wrong_forward_output_fails_the_gate_of_every_direction(direction):
+    """Gradients of `out + c` are right; the forward output the call also computes is not."""
+    row = run_case(case("test-offset", direction), SETTINGS)
+    assert row["status"] == "incorrect"
+    assert row["reason"].startswith("out:")
+
+
+def test_a_non_finite_reference_is_an_error_not_a_pass():
+    from equibench.correctness import NonFiniteReference, compare
+    from equibench.runner import _failed
+
+    out = {"out": torch.zeros(3, dtype=torch.float64)}
+    reference = {"out": torch.tensor([0.0, float("nan"), 0.0], dtype=torch.float64)}
+    with pytest.raises(NonFiniteReference, match="not finite"):
+        compare(out, reference, 1e-9)
+    try:
+        compare(out, reference, 1e-9)
+    except NonFiniteReference as err:
+        row = _failed({}, err)
+    assert row["status"] == "error" and "not finite" in row["reason"]
+
+
+def test_rows_say_which_code_ran_and_what_they_were_checked_against():
+    cue = run_case(case("cuequivariance", "forward", "float32"), SETTINGS)
+    path = cue["extra"]["code_path"]
+    assert "method=naive" in path["path"] and "CUDA kernels" in path["fallback"]
+    fused = run_case(case("fused", "forward", "float32"), SETTINGS)
+    assert "C++" in fused["extra"]["code_path"]["path"]
+    assert fused["extra"]["code_path"]["fallback"] == ""
+    e3nn = run_case(case("e3nn", "forward", "float32"), SETTINGS)
+    assert "implementation under test itself" in e3nn["extra"]["reference"]
+    assert "itself" not in fused["extra"]["reference"]

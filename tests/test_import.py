@@ -59,7 +59,8 @@ def test_rows_follow_the_schema(tmp_path):
     e3nn, cue = frame.iloc[0], frame.iloc[1]
     assert (e3nn["implementation"], e3nn["workload"], e3nn["batch"]) == ("e3nn", "nequip-water",
                                                                         64)
-    assert e3nn["status"] == "ok" and e3nn["time_samples"] == SAMPLES
+    # Timed elsewhere, never gated: its own status, which no claim counts.
+    assert e3nn["status"] == "imported" and e3nn["time_samples"] == SAMPLES
     assert e3nn["repeats"] == len(SAMPLES)
     assert e3nn["throughput"] == pytest.approx(64 / 0.011)
     assert e3nn["gflops_per_s"] == pytest.approx(61440.0 / 0.011 / 1e9)
@@ -87,6 +88,19 @@ def test_imported_rows_work_with_compare(tmp_path):
     (speedup,) = compare.speedups(frame)["speedup"]
     assert speedup == pytest.approx(0.5)
     assert all(c.verdict == "unchanged" for c in compare.compare(frame, frame))
+
+
+def test_imported_rows_reach_no_claim_verdict(tmp_path):
+    from equibench import claims
+
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(_document()))
+    frame = pytest_benchmark_import.read(path).frame
+    claim = claims.Claim(id="t", source="s", statement="s", claimed=2.0, hardware="EPYC",
+                         quantity="time", numerator={"implementation": "cuequivariance"},
+                         denominator={"implementation": "e3nn"})
+    (found,) = claims.evaluate([claim], frame)
+    assert found.verdict == claims.NOT_MEASURED
 
 
 def test_import_cli_writes_a_table_and_rejects_other_json(tmp_path, capsys):

@@ -79,8 +79,9 @@ def test_every_figure_links_its_data(site):
 def test_index_heads_with_the_claims_table(site):
     text = (site / "index.html").read_text()
     assert text.index("<h2>Claims</h2>") < text.index("<h2>Runs</h2>")
-    assert 'class="verdict-reproduced"' in text
-    assert 'class="verdict-different-hardware"' in text
+    # The sample's rows are synthetic: no claim counts them.
+    assert 'class="verdict-reproduced"' not in text
+    assert 'class="verdict-not-measured"' in text and "synthetic rows (not measured)" in text
     assert "oeq-tp-vs-cue" in text and "se3t-time-to-train" in text
     assert "claimed / 1.1" in text
 
@@ -144,3 +145,13 @@ def test_defaults_find_history_and_machine_json(tmp_path):
     peaks = [t for t in roofline["data"] if t["name"] == "peak"]
     assert len(peaks) == 2  # float32 and float64 ceilings of the probed machine
     assert math.isclose(max(_values(t["y"]).max() for t in peaks), 100.0)
+
+
+def test_synthetic_rows_label_every_page(tmp_path):
+    index = write_site(synthetic_results(), tmp_path / "site", history=pd.DataFrame())
+    pages = [index.parent / spec.file for spec in PAGES]
+    assert all("Synthetic data:" in p.read_text() for p in pages)
+    real = synthetic_results()
+    real["extra"] = "{}"
+    index = write_site(results.validate(real), tmp_path / "real", history=pd.DataFrame())
+    assert "Synthetic data:" not in index.read_text()

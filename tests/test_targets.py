@@ -3,6 +3,8 @@
 import importlib.util
 from pathlib import Path
 
+import pandas as pd
+
 from equibench import results
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,3 +54,23 @@ def test_roofline_bound_is_the_lower_of_peak_and_bandwidth_times_intensity(tmp_p
     bound = 1.0 * row["flops"] / row["bytes"]
     line = next(ln for ln in out.splitlines() if "conv mace-large@qm9 forward b=8: roofline" in ln)
     assert f"{100 * row['gflops_per_s'] / bound:.1f} %" in line and "memory-bound" in line
+
+
+def test_an_unmeasured_peak_meets_no_target(tmp_path, capsys):
+    frame = results.read(BASELINE)
+    frame.loc[frame["implementation"] == "e3nn", "peak_mem_bytes"] = -1
+    frame.loc[frame["variant"] == "optimized", "peak_mem_bytes"] = 0
+    results.write_atomic(frame, tmp_path / "r.parquet")
+    assert _targets().main([str(tmp_path / "r.parquet")]) == 0
+    out = capsys.readouterr().out
+    memory = [ln for ln in out.splitlines() if "peak memory" in ln]
+    assert memory and all("not measured" in ln and " met" not in ln for ln in memory)
+
+
+def test_rows_of_different_runs_are_never_paired(tmp_path, capsys):
+    frame = results.read(BASELINE)
+    other = frame.assign(run_id="other", host="elsewhere")
+    results.write_atomic(pd.concat([frame, other]), tmp_path / "r.parquet")
+    assert _targets().main([str(tmp_path / "r.parquet")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("fused kernels (float32)") == 2 and "run other on elsewhere" in out

@@ -31,7 +31,7 @@ from equibench.convolution import gather_tp_scatter
 from equibench.cost import conv_bytes, tp_cost
 from equibench.levels import Bench, input_key
 from equibench.levels.directions import directional_call
-from equibench.levels.tp import equivariance_error
+from equibench.levels.tp import equivariance_error, reference_note
 from equibench.registry import Implementation
 from equibench.workloads import TPProblem, get_tp_workload
 
@@ -188,7 +188,9 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         extra={"graph": graph.description, "nodes": n, "edges": edges,
                "real_edges": real_edges, "blocks": graph.blocks,
                "padding_efficiency": graph.padding_efficiency,
-               "paths": len(problem.instructions), "mode": problem.mode},
+               "paths": len(problem.instructions), "mode": problem.mode,
+               "code_path": impl.code_path(conv, case.device).to_dict(),
+               "reference": reference_note(impl.name) + " with index_add"},
         reference_key=input_key(case.level, case.workload, case.direction, case.batch, seed,
                                 case.device),
     )

@@ -25,6 +25,9 @@ def directional_call(
     - ``double_backward``: the gradient, with respect to every input, of the scalar
       ``sum_i <d<out, grad_out>/d input_i, probe_i>`` over the first ``len(probes)`` inputs,
       which is what a force loss backpropagates through.
+
+    Every output the call computes is returned, so that the gate checks all of them: the
+    forward output and, for ``double_backward``, the first-order gradients too.
     """
     if direction == "forward":
         return lambda: {"out": fn(*inputs)}
@@ -35,7 +38,8 @@ def directional_call(
         def backward() -> Outputs:
             out = fn(*leaves)
             grads = torch.autograd.grad(out, leaves, grad_out, materialize_grads=True)
-            return {f"grad_{n}": g for n, g in zip(names, grads, strict=False)}
+            return {"out": out.detach(),
+                    **{f"grad_{n}": g for n, g in zip(names, grads, strict=False)}}
 
         return backward
 
@@ -48,7 +52,9 @@ def directional_call(
             )
             scalar = sum((g * p).sum() for g, p in zip(grads, probes, strict=False))
             second = torch.autograd.grad(scalar, leaves, materialize_grads=True)
-            return {f"grad2_{n}": g for n, g in zip(names, second, strict=False)}
+            return {"out": out.detach(),
+                    **{f"grad_{n}": g.detach() for n, g in zip(names, grads, strict=False)},
+                    **{f"grad2_{n}": g for n, g in zip(names, second, strict=False)}}
 
         return double_backward
     raise ValueError(f"direction {direction!r} has no meaning for a differentiable operation")

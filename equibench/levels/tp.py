@@ -67,6 +67,14 @@ def equivariance_error(fn: TPFunction, problem: TPProblem, x: torch.Tensor, y: t
     return float(diff) / scale
 
 
+def reference_note(implementation: str) -> str:
+    """What the row was gated against, saying so where that is its own code."""
+    note = "e3nn o3.TensorProduct in float64"
+    if implementation == "e3nn":
+        note += " (the implementation under test itself, in float64)"
+    return note
+
+
 def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int) -> Bench:
     problem = get_tp_workload(case.workload)
     master = tp_inputs(problem, case.batch, seed)
@@ -90,7 +98,9 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         equivariance=(lambda: equivariance_error(fn, problem, data["x"], data["y"], data["w"],
                                                  seed + 1))
         if case.direction == "forward" else None,
-        extra={"paths": len(problem.instructions), "mode": problem.mode},
+        extra={"paths": len(problem.instructions), "mode": problem.mode,
+               "code_path": impl.code_path(fn, case.device).to_dict(),
+               "reference": reference_note(impl.name)},
         reference_key=input_key(case.level, case.workload, case.direction, case.batch, seed,
                                 case.device),
     )
