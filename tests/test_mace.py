@@ -131,3 +131,17 @@ def test_profile_categories_attributes_backward_to_the_forward_module() -> None:
     totals = profile_categories(step, rules, {"0": model[0], "2": model[2]})
     assert list(totals) == [r.category for r in rules] + ["other"]
     assert all(seconds > 0 for category, seconds in totals.items() if category != "other")
+
+
+def test_rows_name_the_modules_that_ran_and_the_fallback():
+    from equibench.implementations.mace.backends import code_path
+    from equibench.implementations.mace.bench import prepare
+
+    paths = {}
+    for backend in ("e3nn", "fused", "cuequivariance"):
+        case = Case("model", "mace-qm9", backend, "small", "inference", "float32", 2, "cpu")
+        paths[backend] = code_path(prepare(case, torch.float32, 0).model)
+    assert "e3nn.TensorProduct" in paths["e3nn"]["path"] and not paths["e3nn"]["fallback"]
+    assert "equibench.FusedConvolution" in paths["fused"]["path"]
+    assert "cuequivariance_torch.SymmetricContraction" in paths["cuequivariance"]["path"]
+    assert "naive" in paths["cuequivariance"]["fallback"]  # no CUDA ops on this machine

@@ -129,6 +129,27 @@ def _restoring_default_dtype(convert: Callable[..., torch.nn.Module]) -> Callabl
     return wrapped
 
 
+def code_path(model: torch.nn.Module) -> dict[str, str]:
+    """What a MACE model on its backend runs: the classes of its interaction blocks'
+    convolution and product modules (after mace-torch's conversion), and a fallback where
+    cuEquivariance runs its pure-PyTorch path."""
+    names = sorted({f"{type(m).__module__.split('.')[0]}.{type(m).__name__}"
+                    for block in (*getattr(model, "interactions", []),
+                                  *getattr(model, "products", []))
+                    for m in block.modules()
+                    if type(m).__module__.split(".")[0] in PACKAGES})
+    fallback = ""
+    methods = {getattr(m, "method", None) for m in model.modules()} - {None}
+    if "naive" in methods:
+        fallback = ("cuequivariance_torch method=naive: pure PyTorch, not cuEquivariance's "
+                    "CUDA kernels")
+    return {"path": "modules: " + ", ".join(names), "fallback": fallback}
+
+
+# Packages whose modules name a MACE backend's code path.
+PACKAGES = ("e3nn", "cuequivariance_torch", "openequivariance", "equibench")
+
+
 def _uses(model: torch.nn.Module, package: str) -> bool:
     return any(type(m).__module__.startswith(package) for m in model.modules())
 

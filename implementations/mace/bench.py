@@ -18,7 +18,7 @@ from equibench.cases import Case
 from equibench.levels import Bench, Outputs
 from equibench.registry import ModelFamily, register_model
 
-from .backends import BACKENDS, kernel_backend, on_backend, unavailable_reason
+from .backends import BACKENDS, code_path, kernel_backend, on_backend, unavailable_reason
 from .inputs import WORKLOADS, Structures, load_structures
 from .models import VARIANTS, MaceConfig, build_model
 from .profile_breakdown import MACE_RULES, module_scopes, profile_categories
@@ -157,6 +157,10 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
         "avg_num_neighbors": s.avg_num_neighbors,
         "model": mc.config.describe(),
         "backend": case.implementation,
+        "code_path": code_path(mc.model),
+        "reference": "mace-torch e3nn model in float64, same weights"
+                     + (" (the backend under test, in float64)"
+                        if case.implementation == "e3nn" else ""),
         # atoms/s = throughput * atoms_per_structure; latency = time_median_s.
         "breakdown": _profile(mc, case.direction),
         "breakdown_unit": "s per step, torch.profiler self time (profiler overhead included)",
