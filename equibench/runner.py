@@ -188,7 +188,8 @@ def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | 
     except Exception as err:  # noqa: BLE001 - every failure becomes a recorded row
         return _failed(row, err), False, None
     timing = Timing(warmup_s=warmup_s)
-    return row, False, _Session(case, precision, bench, one_call, timing, first_call_s, row)
+    return row, False, _Session(case, precision, bench, one_call, timing, first_call_s, row,
+                                settings.reference_dir)
 
 
 def _failed(row: dict, err: BaseException) -> dict:
@@ -209,6 +210,7 @@ class _Session:
     timing: Timing
     first_call_s: float
     row: dict
+    reference_dir: str
 
     def round(self, plan: RoundPlan) -> dict | None:
         """Time one round; a failed call ends the case with the returned row."""
@@ -221,13 +223,25 @@ class _Session:
 
     def finish(self, rounds_id: str, disturbed: str, load: dict) -> dict:
         """Peak memory (last: on CPU it makes the allocator give memory back, see
-        measure.py), then the complete row."""
+        measure.py), the gate again on that call's outputs, then the complete row.
+
+        The second gate catches what only shows after many calls (GPU atomics, state that
+        drifts); a training step is exempt, since its weights move by design.
+        """
         row, bench, timing = self.row, self.bench, self.timing
+        last: dict = {}
         try:
             with precision_mode(self.precision):
-                peak, row["peak_mem_method"] = peak_memory(bench.call, self.case.device)
+                peak, row["peak_mem_method"] = peak_memory(lambda: last.update(bench.call()),
+                                                           self.case.device)
             # Memory that amortized work keeps between calls belongs to every call.
             row["peak_mem_bytes"] = peak + bench.kept_bytes if peak >= 0 else peak
+            if self.case.direction != "train_step":
+                gate = compare(last, _reference(bench, self.reference_dir),
+                               self.precision.tolerance)
+                if not gate.passed:
+                    return {**row, "status": "incorrect",
+                            "reason": f"after timing, the last call: {gate.message}"}
         except Exception as err:  # noqa: BLE001
             return _failed(row, err)
         median = timing.median

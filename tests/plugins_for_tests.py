@@ -110,3 +110,22 @@ class WrongForwardOnly(Implementation):
     def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
         module = problem.e3nn_module(dtype).to(device)
         return lambda x, y, w: module(x, y, w) + 0.01
+
+
+@register
+class Drifting(Implementation):
+    """Right for its first three calls (the gate and the equivariance check), then 1% off:
+    state that drifts over repeated calls."""
+
+    name = "test-drift"
+    levels = frozenset({"tp"})
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+        module = problem.e3nn_module(dtype).to(device)
+        calls = []
+
+        def drifting(x, y, w):
+            calls.append(1)
+            return module(x, y, w) * (1.01 if len(calls) > 3 else 1.0)
+
+        return drifting

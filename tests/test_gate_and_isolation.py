@@ -203,3 +203,9 @@ def test_rows_say_which_code_ran_and_what_they_were_checked_against():
     e3nn = run_case(case("e3nn", "forward", "float32"), SETTINGS)
     assert "implementation under test itself" in e3nn["extra"]["reference"]
     assert "itself" not in fused["extra"]["reference"]
+
+
+def test_outputs_that_drift_during_timing_fail_the_second_gate():
+    row = run_case(case("test-drift", "forward", "float32"), SETTINGS)
+    assert row["status"] == "incorrect"
+    assert row["reason"].startswith("after timing, the last call: out:")
