@@ -322,7 +322,6 @@ class _Worker:
         self.proc = ctx.Process(target=_worker, args=(child, case.to_dict(), asdict(settings)))
         self.proc.start()
         child.close()
-        self.load = machine_load.Load()
         self.row: dict | None = None  # set once the case is over
         self.whole = False
 
@@ -400,17 +399,20 @@ def _run_group(cases: list[Case], settings: RunSettings, ctx,
             unavailable[_implementation_key(case)] = dict(worker.row)
     rounds_id = uuid.uuid4().hex[:16] if len(workers) > 1 else ""
     order = random.Random()
+    # One account for the group: its slots interleave, so a disturbance falls on all of
+    # them, and together they hold enough clock ticks to judge.
+    load = machine_load.Load()
     plan = asdict(settings.measure.round_plan)
     for _ in range(settings.measure.rounds):
         active = list(workers.values())
         order.shuffle(active)
         for worker in active:
             if worker.row is None and worker.send("round", plan):
-                with machine_load.Slot(worker.proc.pid, worker.load):
+                with machine_load.Slot(worker.proc.pid, load):
                     worker.wait()
     for worker in workers.values():
-        if worker.row is None and worker.send(
-                "finish", rounds_id, worker.load.disturbed(), worker.load.summary()):
+        if worker.row is None and worker.send("finish", rounds_id, load.disturbed(),
+                                              load.summary()):
             worker.wait()
     rows.update({index: worker.row for index, worker in workers.items()})
     return [rows[index] for index in range(len(cases))]
