@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-# A case whose timed slots lost more than this share of the machine's CPU time to steal, or
-# saw other processes use more than this share, was measured on a disturbed machine. On a
-# quiet 2-core VM both stay under 2% (the parent's own bookkeeping included).
+# A group whose timed slots lost more than this share of the machine's CPU time to steal, or
+# saw other processes use more than this share, was measured on a disturbed machine.
+# Measured on the quiet 2-core VM: other processes' share 4-9% (median 7%) under `equibench
+# run`, up to 17% (90th percentile) under Snakemake, whose own polling counts as other; one
+# core kept busy by another program: 38%.
 STEAL_LIMIT = 0.05
-OTHER_BUSY_LIMIT = 0.10
+OTHER_BUSY_LIMIT = 0.20
 # Ticks are 10 ms of one core: below this many in all (half a second of a 2-core machine)
 # the count is too coarse to judge, and nothing is flagged.
 MIN_TICKS = 100

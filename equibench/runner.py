@@ -275,7 +275,7 @@ def _reference(bench: Bench, directory: str) -> dict:
     digest = hashlib.sha256(bench.reference_key.encode()).hexdigest()[:32]
     path = Path(directory) / f"{digest}.pt"
     if path.exists():
-        return torch.load(path)
+        return torch.load(path, weights_only=True)  # tensors only, as written below
     reference = bench.reference()
     with atomic_write(path) as handle:  # another case never reads half a file
         torch.save({name: t.detach() for name, t in reference.items()}, handle)

@@ -21,15 +21,15 @@ def test_quiet_and_disturbed_slots():
     assert short.steal_fraction == 0.5 and short.disturbed() == ""  # too few ticks to judge
     assert quiet.disturbed() == "" and quiet.other_busy_fraction == 0
     busy = Load()
-    busy.add(CpuTicks(total=100, idle=0, steal=20), own=50)
+    busy.add(CpuTicks(total=100, idle=0, steal=20), own=40)
     assert busy.steal_fraction == pytest.approx(0.2)
-    assert busy.other_busy_fraction == pytest.approx(0.3)
+    assert busy.other_busy_fraction == pytest.approx(0.4)
     # Rounding between slots cancels in the sums: one tick over, one tick under.
     rounded = Load()
     rounded.add(CpuTicks(total=4, idle=0, steal=0), own=3)
     rounded.add(CpuTicks(total=4, idle=0, steal=0), own=5)
     assert rounded.other_busy_fraction == 0
-    assert busy.disturbed() == ("steal 20% of CPU time; other processes used 30% of CPU "
+    assert busy.disturbed() == ("steal 20% of CPU time; other processes used 40% of CPU "
                                 "time")
     assert set(busy.summary()) == {"steal_fraction", "other_busy_fraction", "ticks",
                                    "load_1min"}
