@@ -45,7 +45,7 @@ import pandas as pd
 from scipy.stats import mannwhitneyu, ttest_ind
 
 from equibench.cases import KEY_FIELDS
-from equibench.paired import samples_of, speedup_samples
+from equibench.paired import join_speedups, samples_of, speedup_samples
 from equibench.results import TIMED_STATUSES
 
 KEY_COLUMNS: tuple[str, ...] = KEY_FIELDS
@@ -229,8 +229,6 @@ def speedups(frame: pd.DataFrame, reference: str = REFERENCE,
     else the ratio of medians), ``speedup_q1``/``speedup_q3`` and ``paired``
     (``equibench.paired.join_speedups``).
     """
-    from equibench.paired import join_speedups
-
     ok = latest_ok(frame)
     match = [c for c in MATCH_COLUMNS if c != column] + ["run_id", *SAME_MACHINE]
     refs = ok[ok[column] == reference][[*match, "time_median_s", "time_samples",

@@ -169,15 +169,6 @@ def call_timer(fn: Callable[[], object], cfg: MeasureConfig, device: str
     return one_call, time.perf_counter() - start
 
 
-def time_call(fn: Callable[[], object], cfg: MeasureConfig, device: str) -> Timing:
-    """Time ``fn`` alone: warm-up, then ``cfg.rounds`` rounds back to back."""
-    one_call, warmup_s = call_timer(fn, cfg, device)
-    timing = Timing(warmup_s=warmup_s)
-    for _ in range(cfg.rounds):
-        timing.rounds.append(time_round(one_call, cfg.round_plan))
-    return timing
-
-
 def _status_kib(field_name: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:

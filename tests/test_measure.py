@@ -7,9 +7,9 @@ from equibench.measure import (
     MeasureConfig,
     RoundPlan,
     Timing,
+    call_timer,
     peak_memory,
     rss_available,
-    time_call,
     time_round,
 )
 
@@ -45,11 +45,12 @@ def test_round_stops_at_its_budget_after_the_minimum_calls():
     assert len(time_round(lambda: 0.0, RoundPlan(1, 4, 10.0))) == 4
 
 
-def test_time_call_runs_its_rounds():
-    cfg = MeasureConfig(min_repeats=5, max_repeats=50, budget_s=0.1, warmup=1, rounds=5)
-    timing = time_call(lambda: time.sleep(0.002), cfg, "cpu")
-    assert len(timing.rounds) == 5 and 5 <= timing.repeats <= 50
-    assert 0.0015 < timing.median < 0.05
+def test_call_timer_warms_up_then_times_one_call():
+    calls = []
+    one_call, warmup_s = call_timer(lambda: calls.append(time.sleep(0.002)),
+                                    MeasureConfig(warmup=3), "cpu")
+    assert len(calls) == 3 and warmup_s >= 0.006
+    assert 0.0015 < one_call() < 0.05 and len(calls) == 4
 
 
 @pytest.mark.skipif(not rss_available(), reason="needs /proc/self/clear_refs (Linux)")
