@@ -172,7 +172,7 @@ def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | 
             # The first call pays compilation, JIT and first-touch costs, which the timed
             # calls exclude; it is reported (``extra.first_call_s``), never timed again.
             first_call_s = time.perf_counter() - start
-            gate = compare(first, _reference(bench, settings.reference_dir),
+            gate = compare(bench.gated(first), _reference(bench, settings.reference_dir),
                            precision.tolerance)
             row.update(max_abs_err=gate.max_abs_err, max_scaled_err=gate.max_scaled_err)
             if not gate.passed:
@@ -237,7 +237,7 @@ class _Session:
             # Memory that amortized work keeps between calls belongs to every call.
             row["peak_mem_bytes"] = peak + bench.kept_bytes if peak >= 0 else peak
             if self.case.direction != "train_step":
-                gate = compare(last, _reference(bench, self.reference_dir),
+                gate = compare(bench.gated(last), _reference(bench, self.reference_dir),
                                self.precision.tolerance)
                 if not gate.passed:
                     return {**row, "status": "incorrect",

@@ -12,9 +12,20 @@ import sys
 
 import pytest
 import torch
+from equibench.implementations.se3_transformer import bench as se3t_bench
 from equibench.implementations.se3_transformer import graph_ops, tfn
-from equibench.implementations.se3_transformer.bench import master_model, random_rotation
-from equibench.implementations.se3_transformer.model import SIZES, build_model, featurize
+from equibench.implementations.se3_transformer.bench import (
+    gradient_projections,
+    master_model,
+    probe_directions,
+    random_rotation,
+)
+from equibench.implementations.se3_transformer.model import (
+    SIZES,
+    build_model,
+    featurize,
+    pool_winners,
+)
 from equibench.implementations.se3_transformer.switches import (
     NVIDIA_DEFAULT,
     OPTIMIZED,
@@ -146,6 +157,65 @@ def test_runner_cases_pass_the_gate(variant, direction):
     assert row["throughput_unit"] == "molecules/s"
     assert row["extra"]["switches"] == variant_switches(variant).to_dict()
     assert row["equivariance_err"] < 1e-4
+
+
+def test_gradient_projections_are_one_derivative_for_every_parameterization(graph_batch,
+                                                                             master):
+    """<gradient, direction> is the derivative of the loss along one direction of the
+    master's weights: equal across parameterizations and to a finite difference."""
+    mol = featurize(graph_batch)
+    projections = []
+    for switches in (PLAIN, OPTIMIZED):
+        model = build_model(SIZES[SIZE], switches, "basis", "cpu", torch.float64, master)
+        loss = model(mol).square().sum()
+        loss.backward()
+        outputs = {"pred": loss.detach(), "loss": loss.detach(),
+                   **{f"grad:{n}": p.grad for n, p in model.named_parameters()}}
+        directions = probe_directions(SIZE, switches, seed=5)
+        projections.append(gradient_projections(outputs, directions)["grad_projections"])
+    torch.testing.assert_close(projections[1], projections[0], rtol=1e-9, atol=1e-12)
+    [direction] = probe_directions(SIZE, OPTIMIZED, seed=5, count=1)
+    eps = 1e-6
+    losses = []
+    for sign in (1, -1):
+        model = build_model(SIZES[SIZE], OPTIMIZED, "basis", "cpu", torch.float64, master)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.add_(sign * eps * direction[name])
+            losses.append(float(model(mol).square().sum()))
+    finite_difference = (losses[0] - losses[1]) / (2 * eps)
+    assert abs(finite_difference - float(projections[0][0])) < 1e-5 * abs(finite_difference)
+
+
+def test_pool_winners_pick_the_maximum_atom_of_each_molecule():
+    h = torch.tensor([[1.0, 5.0], [3.0, 5.0], [2.0, -1.0], [0.0, -2.0]])
+    node_graph = torch.tensor([0, 0, 1, 1])
+    winners = pool_winners(h, node_graph, 2)
+    assert winners.tolist() == [[1, 0], [2, 2]]  # exact tie (5.0, 5.0): the lower index
+    pooled = torch.zeros(2, 2).scatter_reduce(0, node_graph[:, None].expand_as(h), h, "amax",
+                                              include_self=False)
+    torch.testing.assert_close(h.gather(0, winners), pooled)
+
+
+def test_a_wrong_gradient_inside_an_equivariant_layer_is_incorrect(monkeypatch):
+    """The readout's gradients and the loss are right, one attention layer's weight
+    gradient is 10 % off: the training step must fail the gate and never be timed."""
+    real = se3t_bench.build_model
+
+    def planted(config, switches, backend, device, dtype, master):
+        model = real(config, switches, backend, device, dtype, master)
+        if dtype != torch.float64:  # the model under test, not the reference
+            name, param = next((n, p) for n, p in model.named_parameters()
+                               if n.startswith("blocks.0."))
+            param.register_hook(lambda grad: grad * 1.1)
+        return model
+
+    assert _case("optimized", "train_step")["status"] == "ok"
+    monkeypatch.setattr(se3t_bench, "build_model", planted)
+    row = _case("optimized", "train_step")
+    assert row["status"] == "incorrect", row.get("reason")
+    assert "grad_projections" in row["reason"]
+    assert "time_median_s" not in row or row.get("time_median_s") is None
 
 
 def test_only_the_amortized_variants_compute_bases_outside_the_step(monkeypatch):

@@ -21,6 +21,11 @@ class Bench:
     ``amortized`` says what work the case does once, outside the timed call, that a step
     with a new batch would pay ('' when nothing: the default, and the rule); ``kept_bytes``
     is the memory that such work keeps between calls, which counts in the peak.
+
+    ``gate_view`` maps the call's outputs to what the gate compares with ``reference()``
+    (None: the outputs themselves). It runs outside the timed call, for outputs whose
+    comparable form costs work a step would not do: a projection of every gradient, a
+    native layout turned back into the reference's.
     """
 
     call: Callable[[], Outputs]
@@ -34,6 +39,11 @@ class Bench:
     reference_key: str | None = None
     amortized: str = ""
     kept_bytes: int = 0
+    gate_view: Callable[[Outputs], Outputs] | None = None
+
+    def gated(self, outputs: Outputs) -> Outputs:
+        """``outputs`` as the gate compares them (see ``gate_view``)."""
+        return outputs if self.gate_view is None else self.gate_view(outputs)
 
 
 def input_key(level: str, workload: str, direction: str, batch: int, seed: int,

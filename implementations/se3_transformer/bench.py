@@ -17,7 +17,11 @@ from one master model, ``model.transfer_weights``), on backend ``basis`` with no
 optimized (``Switches.reference``: the ``baseline`` variant keeps its mean aggregation)
 or, for the ``e3nn`` backend, ``e3nn`` itself (its tensor product rounds the
 Clebsch-Gordan table to float32, ~1e-8 away from the float64 ``wigner_3j`` of the
-others). Compared: predictions, loss and the readout MLP's gradients (see ``WATCHED``).
+others). Compared: predictions, loss and, for a training step, every parameter's gradient
+through fixed random projections (:func:`probe_directions`), computed outside the timed
+call (``Bench.gate_view``); the reference pools at the atoms the model under test picked
+(``model.pool_winners``), so that near-ties in the max pooling cannot move gradients between
+atoms.
 """
 
 from __future__ import annotations
@@ -30,18 +34,23 @@ from equibench.levels import Bench
 from equibench.registry import ModelFamily, Unsupported, register_model
 
 from .graph_ops import dgl_unavailable, make_graph_ops
-from .model import SIZES, MoleculeBatch, SE3TransformerPooled, build_model, featurize
-from .switches import OPTIMIZED, amortized, variant_switches
+from .model import (
+    SIZES,
+    MoleculeBatch,
+    SE3TransformerPooled,
+    build_model,
+    featurize,
+    pool_winners,
+)
+from .switches import OPTIMIZED, Switches, amortized, variant_switches
 from .tfn import BACKENDS
 
 WORKLOADS = {"se3t-qm9": "full", "se3t-qm9-medium": "medium", "se3t-qm9-small": "small"}
 DIRECTIONS = ("inference", "train_step")
-# Gradients compared by the gate: the readout MLP's, which every variant names alike. Deeper
-# gradients pass through the max pooling, whose argmax can differ between float32 and
-# float64 where two atoms nearly tie (seen: a 1.7e-5 gap moved one channel's gradient to
-# another atom, 3 % of the first layer's gradient); they are compared exactly in float64
-# by tests/test_se3_transformer.py instead.
-WATCHED = ("mlp.0.weight", "mlp.2.weight")
+# Random directions in weight space along which the gate compares a training step's
+# gradient: one already catches a wrong gradient of any parameter (with probability 1);
+# two guard against a direction that happens to be nearly orthogonal to the error.
+PROBES = 2
 
 
 def breakdown(model: SE3TransformerPooled, call, device: str) -> dict[str, float] | None:  # noqa: ANN001
@@ -96,25 +105,67 @@ def master_model(size: str, seed: int) -> SE3TransformerPooled:
 
 
 def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None, ops,  # noqa: ANN001
-            direction: str, optimizer: torch.optim.Optimizer | None = None):
-    """The call of ``direction``: returns named outputs (predictions, loss, gradients)."""
+            direction: str, optimizer: torch.optim.Optimizer | None = None,
+            pool_at: torch.Tensor | None = None):
+    """The call of ``direction``: returns named outputs (predictions, loss and every
+    parameter's gradient, ``grad:<name>``, as the tensors autograd left: no work added).
+    ``pool_at``: see ``SE3TransformerPooled.forward``."""
     params = dict(model.named_parameters())
 
     def inference() -> dict[str, torch.Tensor]:
         with torch.no_grad():
-            return {"pred": model(mol, bases, ops)}
+            return {"pred": model(mol, bases, ops, pool_at)}
 
     def train_step() -> dict[str, torch.Tensor]:
         model.zero_grad(set_to_none=True)
-        pred = model(mol, bases, ops)
+        pred = model(mol, bases, ops, pool_at)
         loss = torch.nn.functional.l1_loss(pred, mol.target)
         loss.backward()
         if optimizer is not None:
             optimizer.step()
         return {"pred": pred.detach(), "loss": loss.detach(),
-                **{f"grad:{n}": params[n].grad for n in WATCHED}}
+                **{f"grad:{n}": p.grad for n, p in params.items()}}
 
     return inference if direction == "inference" else train_step
+
+
+def probe_directions(size: str, switches: Switches, seed: int, count: int = PROBES
+                     ) -> list[dict[str, torch.Tensor]]:
+    """``count`` fixed random directions in weight space, in the parameterization of
+    ``switches`` (float64, CPU, by parameter name).
+
+    Each is a random master model (standard normal weights) loaded through
+    ``transfer_weights`` like the model's own weights. That map is linear, so the dot
+    product of a model's gradient with its direction is the derivative of the loss along one
+    and the same direction of the master's weights, whatever the variant or backend
+    (parameter names do not depend on the backend).
+    """
+    directions = []
+    for k in range(count):
+        delta = SE3TransformerPooled(SIZES[size], OPTIMIZED).to(torch.float64)
+        generator = torch.Generator().manual_seed(seed + 1000 + k)
+        with torch.no_grad():
+            for p in delta.parameters():
+                p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float64))
+        model = build_model(SIZES[size], switches, "basis", "cpu", torch.float64, delta)
+        directions.append({n: p.detach() for n, p in model.named_parameters()})
+    return directions
+
+
+def gradient_projections(outputs: dict[str, torch.Tensor],
+                         directions: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """A training step's outputs as the gate compares them: predictions, loss and the
+    (PROBES,) projections of the whole gradient (a missing gradient counts as zero)."""
+    def project(direction: dict[str, torch.Tensor]) -> torch.Tensor:
+        total = torch.zeros((), dtype=torch.float64)
+        for name, d in direction.items():
+            grad = outputs.get(f"grad:{name}")
+            if grad is not None:
+                total += (grad.detach().to(device="cpu", dtype=torch.float64) * d).sum()
+        return total
+
+    return {"pred": outputs["pred"], "loss": outputs["loss"],
+            "grad_projections": torch.stack([project(d) for d in directions])}
 
 
 def _tensors(tree: object) -> list[torch.Tensor]:
@@ -177,15 +228,41 @@ class SE3TransformerFamily(ModelFamily):
         profile = breakdown(model, step_fn(model, mol, bases, ops, case.direction), case.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         call = step_fn(model, mol, bases, ops, case.direction, optimizer)
+        training = case.direction == "train_step"
+        # The atoms the pooling picked in the first (gated) call, read by the reference; the
+        # hook removes itself, so timed calls do not run it.
+        pooled_input: dict[str, torch.Tensor] = {}
+
+        def capture(_module, _inputs, output) -> None:  # noqa: ANN001
+            pooled_input["h"] = output[0].detach().squeeze(-1)
+            hook.remove()
+
+        hook = model.conv_out.register_forward_hook(capture)
 
         def reference() -> dict[str, torch.Tensor]:
             backend = "e3nn" if case.implementation == "e3nn" else "basis"
-            ref = build_model(SIZES[size], switches.reference(), backend, case.device,
-                              torch.float64, master)
+            ref_switches = switches.reference()
+            ref = build_model(SIZES[size], ref_switches, backend, case.device, torch.float64,
+                              master)
             ref_mol = mol64.to(case.device, torch.float64)
             ref_ops = make_graph_ops("torch", ref_mol.edge_src, ref_mol.edge_dst,
                                      ref_mol.n_nodes)
-            return step_fn(ref, ref_mol, None, ref_ops, case.direction)()
+            if not training:
+                return step_fn(ref, ref_mol, None, ref_ops, case.direction)()
+            if "h" not in pooled_input:
+                raise RuntimeError("the reference of a training step needs the pooled "
+                                   "features of the gated call: call the step first")
+            pool_at = pool_winners(pooled_input["h"], mol.node_graph, mol.n_graphs)
+            outputs = step_fn(ref, ref_mol, None, ref_ops, case.direction,
+                              pool_at=pool_at)()
+            return gradient_projections(outputs, probe_directions(size, ref_switches, seed))
+
+        directions: list[dict[str, torch.Tensor]] = []
+
+        def gate_view(outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            if not directions:
+                directions.extend(probe_directions(size, switches, seed))
+            return gradient_projections(outputs, directions)
 
         def equivariance() -> float:
             turned = mol.transformed(random_rotation(seed + 1).to(case.device, dtype),
@@ -198,6 +275,7 @@ class SE3TransformerFamily(ModelFamily):
         return Bench(
             call=call, reference=reference, items=case.batch, unit="molecules/s",
             equivariance=equivariance, amortized=amortized(switches),
+            gate_view=gate_view if training else None,
             kept_bytes=sum(t.numel() * t.element_size() for t in _tensors(bases)),
             extra={
                 "size": size, "model": SIZES[size].to_dict(), "switches": switches.to_dict(),
