@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 
 from equibench.cases import DIRECTIONS
 from equibench.compare import REFERENCE, machine_labels, speedups
-from equibench.results import TIMED_STATUSES
+from equibench.results import TIMED_STATUSES, code_path
 
 PALETTE = qualitative.Plotly + qualitative.D3
 MARGIN = dict(t=110, l=70, r=30, b=60)
@@ -48,14 +48,22 @@ def esc(value: object) -> str:
     return html.escape(str(value))
 
 
+def series_label(implementation: str, variant: str, extra: str) -> str:
+    """The name a row's numbers carry in every figure: ``implementation [variant]``, marked
+    ``(fallback)`` when its code was not the product's own (e.g. cuEquivariance's pure-PyTorch
+    path on a CPU), so that a fallback's number never stands for the product."""
+    label = implementation if variant == "default" else f"{implementation} [{variant}]"
+    return f"{label} (fallback)" if code_path(extra).get("fallback") else label
+
+
 def prepared(frame: pd.DataFrame, ok_only: bool = True) -> pd.DataFrame:
     """Ok rows (or all) with the derived columns the figures use (machine, tag, series,
     commit)."""
     ok = (frame[frame["status"].isin(TIMED_STATUSES)] if ok_only else frame).copy()
     ok["machine"] = machine_labels(ok)
     ok["tag"] = [tag(m, p) for m, p in zip(ok["machine"], ok["precision"], strict=True)]
-    ok["series"] = [i if v == "default" else f"{i} [{v}]"
-                    for i, v in zip(ok["implementation"], ok["variant"], strict=True)]
+    ok["series"] = [series_label(i, v, e) for i, v, e in
+                    zip(ok["implementation"], ok["variant"], ok["extra"], strict=True)]
     ok["commit"] = ok["git_commit"].astype(str).str.slice(0, 10)
     return ok
 

@@ -20,6 +20,7 @@ from equibench import claims as claims_mod
 from equibench import history as history_mod
 from equibench.compare import machine_labels
 from equibench.files import atomic_write
+from equibench.results import code_path
 
 ENV_COLUMNS = ["run_id", "device", "host", "cpu_model", "cpu_count", "threads", "gpu_name",
                "gpu_driver", "cuda", "python", "version_torch", "version_e3nn",
@@ -28,12 +29,14 @@ ENV_COLUMNS = ["run_id", "device", "host", "cpu_model", "cpu_count", "threads", 
 PROBLEM_COLUMNS = ["level", "workload", "implementation", "direction", "precision", "batch",
                    "device", "status", "reason"]
 VERDICT_RULE = (
-    "Measured: the geometric mean (or, for 'up to' claims, the max) over matched pairs of "
-    "cases of the claimed ratio, with a bootstrap 95% confidence interval from the raw timing "
-    "samples. Reproduced: measured on the claimed hardware and the interval's lower bound is "
-    "at least claimed / 1.1 (the claim's tolerance). Different hardware: measured elsewhere, "
-    "never 'reproduced'. Not measured: no matching ok rows, or the claim cannot be measured "
-    "by this tool.")
+    "Measured: what the claim's wording supports over matched pairs of cases ('up to' claims: "
+    "the max; others: the geometric mean), with min / geomean / max over the pairs beside it "
+    "and every pair listed below. The 95% interval is a bootstrap over runs and interleaved "
+    "rounds; from one run it is widened for the run-to-run spread measured on the CI VM. "
+    "Reproduced: measured on the claimed hardware and the interval's lower bound is at least "
+    "claimed / 1.1 (the claim's tolerance). Different hardware: measured elsewhere, never "
+    "'reproduced'. Not measured: no matching ok rows that can count (fallback and synthetic "
+    "rows never do), or the claim cannot be measured by this tool.")
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -67,8 +70,23 @@ def _banner(frame: pd.DataFrame) -> str:
             "them.")
 
 
-def _index(frame: pd.DataFrame, claim_rows: pd.DataFrame, claim_details: pd.DataFrame
-           ) -> list[Block]:
+def _code_paths(frame: pd.DataFrame) -> pd.DataFrame:
+    """What each implementation's rows ran (``extra.code_path``), fallbacks first."""
+    rows = []
+    for (level, impl, variant), group in frame[frame["status"] == "ok"].groupby(
+            ["level", "implementation", "variant"], sort=True):
+        for extra in group["extra"].unique():
+            path = code_path(extra)
+            if path.get("path"):
+                rows.append({"level": level, "implementation": impl, "variant": variant,
+                             "fallback": path["fallback"], "code path": path["path"]})
+    table_rows = pd.DataFrame(rows, columns=["level", "implementation", "variant", "fallback",
+                                             "code path"]).drop_duplicates()
+    return table_rows.sort_values("fallback", ascending=False, kind="stable")
+
+
+def _index(frame: pd.DataFrame, claim_rows: pd.DataFrame, claim_details: pd.DataFrame,
+           claim_pairs: pd.DataFrame) -> list[Block]:
     verdict_classes = ["verdict-" + v.replace(" ", "-") for v in claim_rows.get("verdict", [])]
     env = frame[[c for c in ENV_COLUMNS if c in frame.columns]].drop_duplicates()
     claims_link = '<p><a href="claims.csv">claims (CSV)</a></p>' if not claim_rows.empty else ""
@@ -82,8 +100,15 @@ median of per-round ratios where they were timed in interleaved rounds.</p>
 <h2>Claims</h2>
 <p class="note">{VERDICT_RULE}</p>
 {table(claim_rows, verdict_classes)}{claims_link}
+<details><summary>Every matched pair of each claim</summary>
+{table(claim_pairs)}</details>
 <details><summary>What each claim says and how it is measured</summary>
 {table(claim_details)}</details>
+<h2>Code paths</h2>
+<p class="note">What each implementation's rows actually ran. A row marked
+<em>(fallback)</em> in the figures ran a path that is not the implementation's product (e.g.
+cuEquivariance's pure-PyTorch path without its CUDA kernels); claims never count it.</p>
+{table(_code_paths(frame))}
 <h2>Runs</h2>{table(_runs(frame))}
 """, figures.status_counts(frame), f"""
 <h2>Cases that did not run or did not pass</h2>{table(_problems(frame))}
@@ -132,10 +157,12 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     claim_list = claims_mod.load() if claims is None else list(claims)
-    claim_rows = claims_mod.table(claims_mod.evaluate(claim_list, frame))
+    evaluated = claims_mod.evaluate(claim_list, frame)
+    claim_rows = claims_mod.table(evaluated)
+    claim_pairs = claims_mod.pairs_table(evaluated)
     probe = Path(machine_json) if machine_json else out.parent / "machine.json"
     pages: dict[str, list[Block]] = {
-        "index.html": _index(frame, claim_rows, claims_mod.details(claim_list)),
+        "index.html": _index(frame, claim_rows, claims_mod.details(claim_list), claim_pairs),
         "tp.html": [_intro("Bare tensor products on batches of independent inputs."),
                     *_level_charts(frame, "tp")],
         "conv.html": [_intro("Tensor products fused with the gather of source-node features "
@@ -165,5 +192,6 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
         _write_atomic(out / name, page(specs[name], blocks_html(blocks), _banner(frame)))
     if not claim_rows.empty:
         claim_rows.to_csv(out / "claims.csv", index=False)
+        claim_pairs.to_csv(out / "claim-pairs.csv", index=False)
     frame.drop(columns=["time_samples"]).to_csv(out / "results.csv", index=False)
     return out / "index.html"

@@ -1,9 +1,17 @@
 """Published claims, checked against result tables.
 
 A claim (``claims.yaml``) is a ratio of one quantity between two selected sets of cases,
-or an absolute value of one set. :func:`evaluate` pairs the rows, computes the ratio per
-pair, aggregates the pairs per machine (geometric mean, or max for "up to" claims) and
-bootstraps a 95% confidence interval from the raw timing samples.
+or an absolute value of one set. :func:`evaluate` pairs the rows of each run (both sides
+from one run, host and machine), computes the ratio per pair and run, and takes, per pair,
+the median over the runs that measured it. Every pair is listed (``ClaimResult.pair_list``)
+with the min, geometric mean and max over pairs; the claim's measured value is the
+aggregate its wording supports (``max`` for "up to N x" claims, else the geometric mean).
+
+The 95% interval is a bootstrap over runs and, within each run, over its interleaved rounds
+(or raw samples where rows were timed apart), so it holds the run-to-run spread where the
+tables hold several runs of the machine. From one run that spread cannot be measured: the
+interval is then widened by ``run_spread`` (default :data:`SINGLE_RUN_SPREAD`, measured on
+the CI VM by ``benchmarks/noise.py``) and the note says so.
 
 Verdict rule, per claim and machine:
 
@@ -11,7 +19,7 @@ Verdict rule, per claim and machine:
 - ``different hardware``: rows matched, but the machine (the GPU name, else the CPU model)
   does not name the claim's ``hardware`` (as a token: ``A100`` is in
   ``NVIDIA A100-SXM4-80GB``, not in ``RTX A1000``); never ``reproduced``;
-- ``reproduced``: the hardware matches and the CI's lower bound is at least
+- ``reproduced``: the hardware matches and the interval's lower bound is at least
   ``claimed / tolerance`` (tolerance 1.1 by default: the claim holds to within 10%, and
   noise alone cannot carry it, since the whole interval must clear the bar);
 - ``not reproduced``: the hardware matches, and the lower bound falls short.
@@ -23,6 +31,7 @@ import importlib.resources
 import json
 import math
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -33,6 +42,7 @@ import yaml
 
 from equibench.compare import KEY_COLUMNS, machine_labels
 from equibench.paired import is_paired, samples_of
+from equibench.results import code_path
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -45,6 +55,11 @@ AGGREGATES = ("geomean", "max")
 SELECTOR_COLUMNS = ("level", "workload", "implementation", "variant", "direction", "precision",
                     "batch")
 BOOTSTRAP_RESAMPLES = 2000
+# Run-to-run change of paired speedups between two runs of unchanged code on the 2-core CI
+# VM (benchmarks/noise.py, 87 tp and conv cases, quick preset): 95th percentile of
+# |log(b / a)| = log 1.38 (median 1.12, worst 1.79). A one-run interval is widened by it.
+SINGLE_RUN_SPREAD = 1.38
+WORDING = {"max": "up to (max over pairs)", "geomean": "typical (geometric mean over pairs)"}
 
 
 @dataclass(frozen=True)
@@ -96,8 +111,26 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class PairResult:
+    """One matched pair (or, for an absolute claim, one row) of a claim on one machine:
+    the numerator and denominator cases, the runs that measured it, its ratio (median over
+    those runs) and its own 95% interval."""
+
+    numerator: str
+    denominator: str
+    runs: int
+    ratio: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass(frozen=True)
 class ClaimResult:
-    """A claim's verdict on one machine (or on none, when not measured)."""
+    """A claim's verdict on one machine (or on none, when not measured).
+
+    ``measured`` is the aggregate the claim's wording supports (``claim.aggregate``);
+    ``pair_min``/``pair_geomean``/``pair_max`` summarize ``pair_list`` whatever the wording.
+    """
 
     claim: Claim
     verdict: str
@@ -108,6 +141,11 @@ class ClaimResult:
     pairs: int = 0
     hardware_match: bool = False
     note: str = ""
+    runs: int = 0
+    pair_min: float = math.nan
+    pair_geomean: float = math.nan
+    pair_max: float = math.nan
+    pair_list: tuple[PairResult, ...] = ()
 
 
 def load(path: str | Path | None = None) -> list[Claim]:
@@ -142,12 +180,13 @@ def _select(frame: pd.DataFrame, selector: Mapping[str, object]) -> pd.DataFrame
 
 
 def _pair_keys(claim: Claim) -> list[str]:
-    """Columns both sides of a pair share: every key column the selectors do not contrast."""
+    """Columns both sides of a pair share: every key column the selectors do not contrast,
+    and the machine. Both sides also come from one run and host (see :func:`_pairs`)."""
     den = claim.denominator or {}
     keys = [c for c in KEY_COLUMNS if claim.numerator.get(c) == den.get(c)]
     if claim.quantity == "max_batch":
         keys.remove("batch")
-    return [*keys, "run_id", "host", "machine"]
+    return [*keys, "machine"]
 
 
 class _Bootstrap:
@@ -203,11 +242,9 @@ class _Bootstrap:
 def _excluded(extra: str) -> str:
     """Why a row cannot be a claim's evidence ('' when it can): synthetic (``extra.synthetic``)
     or a fallback path (``extra.code_path.fallback``)."""
-    data = json.loads(extra) if extra else {}
-    if data.get("synthetic"):
+    if extra and json.loads(extra).get("synthetic"):
         return "synthetic rows (not measured)"
-    path = data.get("code_path") or {}
-    fallback = path.get("fallback", "") if isinstance(path, dict) else ""
+    fallback = code_path(extra).get("fallback", "")
     return f"fallback: {fallback}" if fallback else ""
 
 
@@ -217,18 +254,29 @@ def _max_batch_rows(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def _pairs(claim: Claim, ok: pd.DataFrame) -> pd.DataFrame:
-    """One row per pair: ``num_index`` and ``den_index`` (rows of ``ok``) and ``machine``.
-    An absolute claim has numerator rows only."""
+    """One row per pair and run: ``num_index`` and ``den_index`` (rows of ``ok``), ``run``
+    (run and host), ``machine`` and the pair's identity columns (:func:`_pair_keys`), which
+    are the same in every run. An absolute claim has numerator rows only."""
+    keys = _pair_keys(claim)
+    run = ["run_id", "host"]
     num = _select(ok, claim.numerator)
     if claim.denominator is None:
-        return pd.DataFrame({"num_index": num.index, "machine": num["machine"]})
-    den = _select(ok, claim.denominator)
-    keys = _pair_keys(claim)
-    if claim.quantity == "max_batch":
-        num, den = _max_batch_rows(num, keys), _max_batch_rows(den, keys)
-    left = num[keys].assign(num_index=num.index)
-    right = den[keys].assign(den_index=den.index)
-    return left.merge(right, on=keys)
+        pairs = num[[*keys, *run]].assign(num_index=num.index)
+    else:
+        den = _select(ok, claim.denominator)
+        if claim.quantity == "max_batch":
+            num, den = _max_batch_rows(num, keys + run), _max_batch_rows(den, keys + run)
+        left = num[[*keys, *run]].assign(num_index=num.index)
+        right = den[[*keys, *run]].assign(den_index=den.index)
+        pairs = left.merge(right, on=[*keys, *run])
+    return pairs.assign(run=pairs["run_id"].astype(str) + "@" + pairs["host"].astype(str))
+
+
+def _side(row: pd.Series) -> str:
+    """A case as the pairs list names it."""
+    variant = "" if row["variant"] == "default" else f"[{row['variant']}]"
+    return (f"{row['implementation']}{variant} {row['level']}/{row['workload']} "
+            f"{row['direction']} {row['precision']} b={row['batch']}")
 
 
 def _pair_value(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, pair: pd.Series
@@ -268,11 +316,68 @@ def _verdict(claim: Claim, machine: str, ci_low: float) -> tuple[bool, str]:
     return True, REPRODUCED if ci_low >= claim.claimed / claim.tolerance else NOT_REPRODUCED
 
 
+def _over_runs(points: np.ndarray, reps: np.ndarray, run_picks: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair, the median over runs of ``points (P, U)`` and of the replicates
+    ``reps (P, U, R)`` over the runs each replicate drew (``run_picks (R, U)``); NaN where a
+    pair was not measured in a run. A replicate that drew none of a pair's runs uses all."""
+    drawn = np.take_along_axis(reps, run_picks.T[None, :, :], axis=1)  # (P, U, R)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices, handled below
+        per_rep = np.nanmedian(drawn, axis=1)
+        fallback = np.nanmedian(reps, axis=1)
+    per_rep = np.where(np.isnan(per_rep), fallback, per_rep)
+    return np.nanmedian(points, axis=1), per_rep
+
+
+def _evaluate_machine(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, group: pd.DataFrame,
+                      machine: str, run_spread: float) -> ClaimResult:
+    runs = sorted(group["run"].unique())
+    identity = [c for c in _pair_keys(claim) if c != "machine"] or ["machine"]
+    pair_ids = list(group.groupby(identity, sort=True, dropna=False).groups.values())
+    points = np.full((len(pair_ids), len(runs)), np.nan)
+    reps = np.full((len(pair_ids), len(runs), boot.resamples), np.nan)
+    names = []
+    for p, indices in enumerate(pair_ids):
+        rows = group.loc[indices]
+        first = ok.loc[rows["num_index"].iloc[0]]
+        den = (_side(ok.loc[rows["den_index"].iloc[0]]) if claim.denominator is not None
+               else f"(absolute, x {claim.scale:g})")
+        names.append((_side(first), den))
+        for _, pair in rows.iterrows():
+            u = runs.index(pair["run"])
+            points[p, u], reps[p, u] = _pair_value(claim, boot, ok, pair)
+    run_picks = boot.rng.integers(0, len(runs), size=(boot.resamples, len(runs)))
+    pair_points, pair_reps = _over_runs(points, reps, run_picks)
+    measured = float(_aggregate(pair_points, claim.aggregate))
+    low, high = np.percentile(_aggregate(pair_reps.T, claim.aggregate), [2.5, 97.5])
+    note = ""
+    if len(runs) == 1:
+        # One run cannot show how much the next run would move: widen by the spread
+        # measured between runs (never narrower than the rounds' own interval).
+        low, high = low / run_spread, high * run_spread
+        note = (f"one run: interval widened x/÷ {run_spread:g} for run-to-run spread "
+                "(measured between runs on the CI VM); more runs measure it")
+    match, verdict = _verdict(claim, machine, float(low))
+    pair_list = tuple(
+        PairResult(num, den, int(np.sum(~np.isnan(points[p]))), float(pair_points[p]),
+                   *(float(v) for v in np.percentile(pair_reps[p], [2.5, 97.5])))
+        for p, (num, den) in enumerate(names))
+    return ClaimResult(claim, verdict, machine=machine, measured=measured, ci_low=float(low),
+                       ci_high=float(high), pairs=len(pair_ids), hardware_match=match,
+                       note=note, runs=len(runs), pair_min=float(pair_points.min()),
+                       pair_geomean=float(_aggregate(pair_points, "geomean")),
+                       pair_max=float(pair_points.max()), pair_list=pair_list)
+
+
 def evaluate_claim(claim: Claim, frame: pd.DataFrame, resamples: int = BOOTSTRAP_RESAMPLES,
-                   seed: int = 0) -> list[ClaimResult]:
-    """The claim's result on every machine with matching ok rows (one 'not measured' if none)."""
+                   seed: int = 0, run_spread: float = SINGLE_RUN_SPREAD) -> list[ClaimResult]:
+    """The claim's result on every machine with matching ok rows (one 'not measured' if none).
+    ``run_spread``: the factor that widens a one-run interval (1: none)."""
     if not claim.measurable:
         return [ClaimResult(claim, NOT_MEASURED, note=claim.reason)]
+    if run_spread < 1:
+        raise ValueError(f"run_spread must be >= 1, got {run_spread}")
     ok = frame[frame["status"] == "ok"].copy()
     if claim.quantity == "peak_mem_bytes":
         ok = ok[ok["peak_mem_bytes"] > 0]  # -1: not measured; 0: below the method's resolution
@@ -290,23 +395,14 @@ def evaluate_claim(claim: Claim, frame: pd.DataFrame, resamples: int = BOOTSTRAP
             note = "only rows that cannot count matched: " + "; ".join(reasons)
         return [ClaimResult(claim, NOT_MEASURED, note=note)]
     boot = _Bootstrap(claim.quantity, resamples, seed)
-    out = []
-    for machine, group in pairs.groupby("machine", sort=True):
-        values = [_pair_value(claim, boot, ok, pair) for _, pair in group.iterrows()]
-        points = np.array([point for point, _ in values])
-        reps = np.stack([rep for _, rep in values], axis=-1)
-        measured = float(_aggregate(points, claim.aggregate))
-        low, high = np.percentile(_aggregate(reps, claim.aggregate), [2.5, 97.5])
-        match, verdict = _verdict(claim, str(machine), float(low))
-        out.append(ClaimResult(claim, verdict, machine=str(machine), measured=measured,
-                               ci_low=float(low), ci_high=float(high), pairs=len(group),
-                               hardware_match=match))
-    return out
+    return [_evaluate_machine(claim, boot, ok, group, str(machine), run_spread)
+            for machine, group in pairs.groupby("machine", sort=True)]
 
 
 def evaluate(claims: Iterable[Claim], frame: pd.DataFrame, resamples: int = BOOTSTRAP_RESAMPLES,
-             seed: int = 0) -> list[ClaimResult]:
-    return [r for claim in claims for r in evaluate_claim(claim, frame, resamples, seed)]
+             seed: int = 0, run_spread: float = SINGLE_RUN_SPREAD) -> list[ClaimResult]:
+    return [r for claim in claims
+            for r in evaluate_claim(claim, frame, resamples, seed, run_spread)]
 
 
 def _num(value: float) -> str:
@@ -314,19 +410,25 @@ def _num(value: float) -> str:
 
 
 def table(results: Sequence[ClaimResult]) -> pd.DataFrame:
-    """The claims table (the CLI prints it; the dashboard's index page starts with it)."""
+    """The claims table (the CLI prints it; the dashboard's index page starts with it).
+    ``measured`` is what the claim's wording supports (``wording``); every pair is in
+    :func:`pairs_table`."""
     rows = []
     for r in results:
         c = r.claim
         suffix = "x" if c.unit == "x" else f" {c.unit}"
+        spread = (f"{_num(r.pair_min)} / {_num(r.pair_geomean)} / {_num(r.pair_max)}"
+                  if r.pairs else "")
         rows.append({
             "claim": c.id,
             "claimed": f"{c.claimed:g}{suffix}",
             "measured": f"{_num(r.measured)}{suffix}" if not math.isnan(r.measured) else "",
+            "wording": WORDING[c.aggregate] if c.measurable else "",
             "95% CI": (f"{_num(r.ci_low)}-{_num(r.ci_high)}" if not math.isnan(r.ci_low)
                        else ""),
             "pairs": r.pairs if r.pairs else "",
-            "aggregate": c.aggregate if c.measurable else "",
+            "pairs min / geomean / max": spread,
+            "runs": r.runs if r.runs else "",
             "claimed on": c.hardware,
             "measured on": r.machine,
             "hardware match": ("" if r.verdict == NOT_MEASURED
@@ -335,6 +437,16 @@ def table(results: Sequence[ClaimResult]) -> pd.DataFrame:
             "note": r.note,
         })
     return pd.DataFrame(rows)
+
+
+def pairs_table(results: Sequence[ClaimResult]) -> pd.DataFrame:
+    """Every matched pair of every measured claim: its cases, runs, ratio and interval."""
+    columns = ["claim", "measured on", "numerator", "denominator", "runs", "ratio", "95% CI"]
+    return pd.DataFrame([{
+        "claim": r.claim.id, "measured on": r.machine, "numerator": pair.numerator,
+        "denominator": pair.denominator, "runs": pair.runs, "ratio": _num(pair.ratio),
+        "95% CI": f"{_num(pair.ci_low)}-{_num(pair.ci_high)}",
+    } for r in results for pair in r.pair_list], columns=columns)
 
 
 def details(claims: Iterable[Claim]) -> pd.DataFrame:

@@ -31,8 +31,13 @@ def cmd_claims(args: argparse.Namespace) -> int:
     from equibench import claims, results
 
     frame = results.read(args.results)
-    evaluated = claims.evaluate(claims.load(args.claims), frame, resamples=args.resamples)
+    evaluated = claims.evaluate(claims.load(args.claims), frame, resamples=args.resamples,
+                                run_spread=(claims.SINGLE_RUN_SPREAD if args.run_spread is None
+                                            else args.run_spread))
     _print_frame(claims.table(evaluated), args.markdown)
+    if args.pairs:
+        print()
+        _print_frame(claims.pairs_table(evaluated), args.markdown)
     return 0
 
 
@@ -96,12 +101,22 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """Add the report subcommands to the ``equibench`` parser's subparsers."""
     p = sub.add_parser(
         "claims", help="check published claims against result tables",
-        description="Evaluate every claim of the claims file against the results: measured "
-                    "ratio (geometric mean or max over matched cases) with a bootstrap 95% "
-                    "confidence interval, hardware match and verdict.")
+        description="Evaluate every claim of the claims file against the results: the "
+                    "ratio the claim's wording supports (max over matched pairs for 'up to' "
+                    "claims, else their geometric mean), min / geomean / max over the pairs, "
+                    "a bootstrap 95%% interval over runs and rounds, hardware match and "
+                    "verdict. Give several runs (files or directories) to measure the "
+                    "run-to-run spread; a one-run interval is widened by --run-spread.")
     p.add_argument("results", nargs="+", help="result files or directories")
     p.add_argument("--claims", help="claims YAML (default: the packaged claims.yaml)")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--run-spread", type=float, default=None,
+                   help="factor (x/÷) that widens the interval of a claim measured in one "
+                        "run, for the run-to-run spread it cannot show (default: "
+                        "claims.SINGLE_RUN_SPREAD, 1.38, measured between runs on the CI VM by "
+                        "benchmarks/noise.py; 1: none)")
+    p.add_argument("--pairs", action="store_true",
+                   help="also print every matched pair with its ratio and interval")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     p.set_defaults(func=cmd_claims)
 

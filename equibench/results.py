@@ -224,3 +224,12 @@ def read(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
 
 def extra(row: Mapping) -> dict:
     return json.loads(row["extra"]) if row.get("extra") else {}
+
+
+def code_path(extra_json: str) -> dict[str, str]:
+    """A row's ``extra.code_path`` (``path`` and ``fallback``; empty when not recorded) from
+    its ``extra`` column. A ``fallback`` that is not '' says why the code that ran is not the
+    implementation's product path."""
+    path = (json.loads(extra_json) if extra_json else {}).get("code_path") or {}
+    return {"path": path.get("path", ""), "fallback": path.get("fallback", "")} if isinstance(
+        path, dict) else {}

@@ -34,9 +34,18 @@ def frame() -> pd.DataFrame:
 
 
 def test_synthetic_rows_never_reproduce_a_claim():
-    found = claims.evaluate(claims.load(), synthetic_results(seed=0))
+    found = _evaluate(claims.load(), synthetic_results(seed=0))
     assert REPRODUCED not in {r.verdict for r in found}
     assert any("synthetic rows (not measured)" in r.note for r in found)
+
+
+def _evaluate_claim(claim: Claim, frame: pd.DataFrame, **kw) -> list[claims.ClaimResult]:
+    """One run's claim without the run-to-run widening, whose own test is below."""
+    return claims.evaluate_claim(claim, frame, **{"run_spread": 1.0, **kw})
+
+
+def _evaluate(found: list[Claim], frame: pd.DataFrame, **kw) -> list[claims.ClaimResult]:
+    return claims.evaluate(found, frame, **{"run_spread": 1.0, **kw})
 
 
 def _claim(**kw) -> Claim:
@@ -63,7 +72,7 @@ def test_packaged_claims_cover_the_reference():
 
 
 def test_packaged_claims_on_sample_results(frame):
-    found = {(r.claim.id, r.machine): r for r in claims.evaluate(claims.load(), frame)}
+    found = {(r.claim.id, r.machine): r for r in _evaluate(claims.load(), frame)}
     # The sample's openequivariance is 5x cuequivariance and 10x e3nn on the A100.
     assert found[("oeq-tp-vs-cue", A100)].verdict == REPRODUCED
     assert found[("oeq-tp-vs-e3nn", A100)].verdict == REPRODUCED
@@ -76,7 +85,7 @@ def test_packaged_claims_on_sample_results(frame):
 
 
 def test_ratio_orientation_and_interval(frame):
-    found = _by_machine(claims.evaluate_claim(_claim(claimed=2.0), frame))
+    found = _by_machine(_evaluate_claim(_claim(claimed=2.0), frame))
     a100 = found[A100]
     # cuequivariance takes half e3nn's time in the sample: 2x faster.
     assert a100.measured == pytest.approx(2.0, rel=0.05)
@@ -87,10 +96,10 @@ def test_ratio_orientation_and_interval(frame):
     assert found["AMD EPYC 7763"].verdict == DIFFERENT_HARDWARE
     assert not found["AMD EPYC 7763"].hardware_match
     # The same ratio as throughput (bigger is better) and the inverse claim.
-    as_throughput = _by_machine(claims.evaluate_claim(_claim(quantity="throughput"), frame))
+    as_throughput = _by_machine(_evaluate_claim(_claim(quantity="throughput"), frame))
     assert as_throughput[A100].measured == pytest.approx(a100.measured, rel=1e-9)
     inverse = _claim(numerator=a100.claim.denominator, denominator=a100.claim.numerator)
-    assert _by_machine(claims.evaluate_claim(inverse, frame))[A100].measured == \
+    assert _by_machine(_evaluate_claim(inverse, frame))[A100].measured == \
         pytest.approx(1 / a100.measured, rel=1e-9)
 
 
@@ -102,30 +111,30 @@ def test_hardware_match_is_a_token_of_the_gpu_name(machine, expected):
 
 
 def test_verdict_rule_uses_the_lower_bound_and_tolerance(frame):
-    result = _by_machine(claims.evaluate_claim(_claim(), frame))[A100]
+    result = _by_machine(_evaluate_claim(_claim(), frame))[A100]
     at_bar = result.ci_low * 1.1  # the largest claim the interval still supports
-    assert _by_machine(claims.evaluate_claim(_claim(claimed=at_bar * 0.999), frame))[
+    assert _by_machine(_evaluate_claim(_claim(claimed=at_bar * 0.999), frame))[
         A100].verdict == REPRODUCED
-    assert _by_machine(claims.evaluate_claim(_claim(claimed=at_bar * 1.001), frame))[
+    assert _by_machine(_evaluate_claim(_claim(claimed=at_bar * 1.001), frame))[
         A100].verdict == NOT_REPRODUCED
     strict = _claim(claimed=result.measured * 1.05, tolerance=1.0)
-    assert _by_machine(claims.evaluate_claim(strict, frame))[A100].verdict == NOT_REPRODUCED
+    assert _by_machine(_evaluate_claim(strict, frame))[A100].verdict == NOT_REPRODUCED
 
 
 def test_no_rows_and_unmeasurable_claims_are_not_measured(frame):
     absent = _claim(numerator={"implementation": "nonexistent"})
-    (result,) = claims.evaluate_claim(absent, frame)
+    (result,) = _evaluate_claim(absent, frame)
     assert result.verdict == NOT_MEASURED and math.isnan(result.measured)
     off = _claim(measurable=False, reason="needs 8 GPUs")
-    assert claims.evaluate_claim(off, frame)[0].verdict == NOT_MEASURED
+    assert _evaluate_claim(off, frame)[0].verdict == NOT_MEASURED
     failed = frame.assign(status="error", reason="boom", time_median_s=math.nan)
-    assert claims.evaluate_claim(_claim(), failed)[0].verdict == NOT_MEASURED
+    assert _evaluate_claim(_claim(), failed)[0].verdict == NOT_MEASURED
 
 
 def test_aggregate_max_takes_the_best_pair(frame):
-    geo = _by_machine(claims.evaluate_claim(
+    geo = _by_machine(_evaluate_claim(
         _claim(numerator={"level": "tp", "implementation": "openequivariance"}), frame))[A100]
-    best = _by_machine(claims.evaluate_claim(
+    best = _by_machine(_evaluate_claim(
         _claim(numerator={"level": "tp", "implementation": "openequivariance"},
                aggregate="max"), frame))[A100]
     assert best.measured >= geo.measured
@@ -135,7 +144,7 @@ def test_aggregate_max_takes_the_best_pair(frame):
 def test_absolute_claim_with_scale(frame):
     claim = _claim(quantity="throughput", denominator=None, scale=1e-3, unit="mol/ms",
                    numerator={"workload": "se3t-qm9", "variant": "nvidia-default", "batch": 240})
-    result = _by_machine(claims.evaluate_claim(claim, frame))[A100]
+    result = _by_machine(_evaluate_claim(claim, frame))[A100]
     rows = frame[(frame["workload"] == "se3t-qm9") & (frame["variant"] == "nvidia-default")
                  & (frame["batch"] == 240) & (frame["gpu_name"] == A100)]
     assert result.measured == pytest.approx(rows["throughput"].iloc[0] * 1e-3, rel=1e-6)
@@ -156,7 +165,7 @@ def test_max_batch_ratio_counts_only_ok_batches():
         + [row("low-memory", b, "ok") for b in (100, 500, 1000)])
     claim = _claim(quantity="max_batch", claimed=10, hardware="V100",
                    numerator={"variant": "low-memory"}, denominator={"variant": "baseline"})
-    (result,) = claims.evaluate_claim(claim, frame)
+    (result,) = _evaluate_claim(claim, frame)
     assert result.measured == pytest.approx(10) and result.verdict == REPRODUCED
 
 
@@ -184,10 +193,12 @@ def test_claims_cli_prints_the_table(frame, tmp_path, capsys):
     results.write_atomic(frame, tmp_path / "r.parquet")
     parser = argparse.ArgumentParser()
     cli_reports.add_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["claims", str(tmp_path), "--resamples", "200", "--markdown"])
+    args = parser.parse_args(["claims", str(tmp_path), "--resamples", "200", "--markdown",
+                              "--run-spread", "1", "--pairs"])
     assert args.func(args) == 0
     out = capsys.readouterr().out
-    assert out.startswith("| claim | claimed | measured |")
+    assert out.startswith("| claim | claimed | measured | wording |")
+    assert "| claim | measured on | numerator | denominator | runs | ratio | 95% CI |" in out
     for claim_id in REFERENCE_IDS:
         assert claim_id in out
     assert "| reproduced |" in out and "| different hardware |" in out
@@ -207,12 +218,12 @@ def test_interleaved_rows_give_the_paired_ratio_and_a_tighter_interval():
                     gpu_name=A100, host="h")
 
     frame = results.to_frame([row("cuequivariance", 1.0), row("e3nn", 2.0)])
-    (found,) = claims.evaluate([_claim(claimed=2.0, quantity="throughput")], frame)
+    (found,) = _evaluate([_claim(claimed=2.0, quantity="throughput")], frame)
     assert found.measured == pytest.approx(2.0)
     assert found.ci_low == pytest.approx(2.0) and found.ci_high == pytest.approx(2.0)
     assert found.verdict == REPRODUCED
     unpaired = frame.assign(rounds_id="")
-    (apart,) = claims.evaluate([_claim(claimed=2.0, quantity="throughput")], unpaired)
+    (apart,) = _evaluate([_claim(claimed=2.0, quantity="throughput")], unpaired)
     assert apart.ci_high - apart.ci_low > 1.0  # the drift lands in the interval
 
 
@@ -226,7 +237,65 @@ def test_fallback_rows_never_stand_for_the_product(frame):
     marked.loc[cue, "extra"] = json.dumps(
         {"code_path": {"path": "method=naive", "fallback": "naive: pure PyTorch"}})
     claim = next(c for c in claims.load() if c.id == "oeq-tp-vs-cue")
-    (found,) = claims.evaluate([claim], results.validate(marked))
+    (found,) = _evaluate([claim], results.validate(marked))
     assert found.verdict == NOT_MEASURED
     assert found.note == "only rows that cannot count matched: fallback: naive: pure PyTorch"
-    assert {r.verdict for r in claims.evaluate([claim], frame)} != {NOT_MEASURED}
+    assert {r.verdict for r in _evaluate([claim], frame)} != {NOT_MEASURED}
+
+
+def test_every_pair_is_listed_with_min_geomean_and_max(frame):
+    geo, = (r for r in _evaluate_claim(_claim(), frame) if r.machine == A100)
+    assert len(geo.pair_list) == geo.pairs == 16
+    ratios = [p.ratio for p in geo.pair_list]
+    assert geo.pair_min == pytest.approx(min(ratios)) and geo.pair_max == pytest.approx(
+        max(ratios))
+    assert geo.pair_min <= geo.pair_geomean <= geo.pair_max
+    assert geo.measured == pytest.approx(geo.pair_geomean)
+    up_to, = (r for r in _evaluate_claim(_claim(aggregate="max"), frame) if r.machine == A100)
+    assert up_to.measured == pytest.approx(up_to.pair_max)
+    pair = geo.pair_list[0]
+    assert pair.numerator.startswith("cuequivariance tp/") and pair.denominator.startswith(
+        "e3nn tp/")
+    assert pair.ci_low <= pair.ratio <= pair.ci_high and pair.runs == 1
+    shown = claims.table([geo, up_to])
+    assert list(shown["wording"]) == [claims.WORDING["geomean"], claims.WORDING["max"]]
+    assert len(claims.pairs_table([geo, up_to])) == 32
+
+
+def test_one_run_is_widened_by_the_run_to_run_spread(frame):
+    bare, = (r for r in _evaluate_claim(_claim(), frame) if r.machine == A100)
+    wide, = (r for r in claims.evaluate_claim(_claim(), frame) if r.machine == A100)
+    assert wide.runs == 1 and "run-to-run" in wide.note
+    assert wide.ci_low == pytest.approx(bare.ci_low / claims.SINGLE_RUN_SPREAD)
+    assert wide.ci_high == pytest.approx(bare.ci_high * claims.SINGLE_RUN_SPREAD)
+    assert wide.measured == pytest.approx(bare.measured)
+
+
+def _two_impl_row(run: str, impl: str, t: float) -> dict:
+    times = [t * f for f in (1.0, 1.02, 0.99, 1.01, 0.98)]
+    return dict(run_id=run, level="tp", workload="w", implementation=impl, variant="default",
+                direction="forward", precision="float32", batch=64, device="cuda:0",
+                status="ok", time_median_s=sorted(times)[2], time_samples=times,
+                round_times_s=times, rounds_id=f"{run}-g", repeats=5, gpu_name=A100,
+                host="h")
+
+
+def test_several_runs_put_their_spread_in_the_interval():
+    """Two runs of one pair at 2x and 3x: the pair's ratio is their median and the interval
+    spans both, with no widening; each run alone has an interval of a few percent."""
+    rows = [_two_impl_row("r1", "cuequivariance", 1.0), _two_impl_row("r1", "e3nn", 2.0),
+            _two_impl_row("r2", "cuequivariance", 1.0), _two_impl_row("r2", "e3nn", 3.0)]
+    frame = results.to_frame(rows)
+    (found,) = claims.evaluate_claim(_claim(claimed=2.0), frame)
+    assert found.runs == 2 and found.pairs == 1 and found.note == ""
+    assert found.pair_list[0].runs == 2
+    assert found.measured == pytest.approx(2.5, rel=0.02)
+    assert found.ci_low < 2.1 and found.ci_high > 2.9
+    (alone,) = claims.evaluate_claim(_claim(claimed=2.0), frame[frame["run_id"] == "r1"],
+                                     run_spread=1.0)
+    assert alone.ci_high - alone.ci_low < 0.15
+
+
+def test_oeq_mace_claim_is_pinned_to_the_model_it_was_made_on():
+    claim = next(c for c in claims.load() if c.id == "oeq-mace-inference")
+    assert claim.numerator["variant"] == claim.denominator["variant"] == "oeq"

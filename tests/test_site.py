@@ -155,3 +155,23 @@ def test_synthetic_rows_label_every_page(tmp_path):
     real["extra"] = "{}"
     index = write_site(results.validate(real), tmp_path / "real", history=pd.DataFrame())
     assert "Synthetic data:" not in index.read_text()
+
+
+def test_a_fallback_is_named_next_to_its_numbers(tmp_path):
+    """Rows whose code was a fallback carry '(fallback)' in every figure's series name, and
+    the index page lists each implementation's code path, fallbacks first; the claims'
+    pairs are listed beside the claims table."""
+    frame = synthetic_results()
+    cue = frame["implementation"] == "cuequivariance"
+    frame.loc[cue, "extra"] = json.dumps(
+        {"code_path": {"path": "method=naive", "fallback": "naive: pure PyTorch"}})
+    index = write_site(results.validate(frame), tmp_path / "site", history=pd.DataFrame())
+    names = {trace.get("name") for f in _figures((index.parent / "tp.html").read_text())
+             for trace in f["data"]}
+    xs = {x for f in _figures((index.parent / "tp.html").read_text()) for trace in f["data"]
+          for x in (trace.get("x") or []) if isinstance(x, str)}
+    assert "cuequivariance (fallback)" in names | xs
+    assert "cuequivariance" not in names | xs
+    text = index.read_text()
+    assert "<h2>Code paths</h2>" in text and "naive: pure PyTorch" in text
+    assert "Every matched pair of each claim" in text
