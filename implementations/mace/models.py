@@ -38,7 +38,8 @@ class MaceConfig:
 VARIANTS: dict[str, MaceConfig] = {
     c.name: c
     for c in (
-        # The OpenEquivariance paper's MACE (REFERENCE.md section 3).
+        # The MACE of OpenEquivariance's inference claim (Bharadwaj et al., arXiv 2501.13986:
+        # 2 interactions, hidden 128x0e+128x1o+128x2e, max_ell 3, correlation 3).
         MaceConfig("oeq", "128x0e+128x1o+128x2e", max_ell=3, correlation=3),
         # For quick configurations and tests.
         MaceConfig("small", "32x0e+32x1o", max_ell=2, correlation=2),

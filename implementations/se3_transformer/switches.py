@@ -1,6 +1,9 @@
 """Optimization switches of the SE(3)-Transformer and the named variants built from them.
 
-Every variant is the same code; only these switches differ (REFERENCE.md section 3):
+Every variant is the same code; only these switches differ. The optimizations and their
+names are those of NVIDIA's SE(3)-Transformer (DeepLearningExamples, PyTorch/DrugDiscovery/
+SE3Transformer, README and blog, 2021-2023); the baseline is Fuchs et al., SE(3)-Transformers,
+NeurIPS 2020:
 
 - ``baseline``: every optimization off plus the official-baseline habits (Fuchs et al.
   2020): per-edge kernels materialized, mean aggregation in the pooled convolution.
