@@ -15,7 +15,13 @@ import time
 import torch
 
 from equibench import registry
-from equibench.registry import ConvFunction, Implementation, TPFunction, register
+from equibench.registry import (
+    DEFAULT_VARIANT,
+    ConvFunction,
+    Implementation,
+    TPFunction,
+    register,
+)
 from equibench.workloads import TPProblem
 
 DELAY_VARIABLE = "EQUIBENCH_SLOWED_MS"
@@ -31,7 +37,8 @@ class SlowedE3nn(Implementation):
     levels = frozenset({"tp", "conv"})
     description = f"e3nn, sleeping ${DELAY_VARIABLE} ms in every call (a planted regression)"
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT) -> TPFunction:
         inner, delay = registry.get("e3nn").build_tp(problem, dtype, device), _delay_s()
 
         def slowed(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -40,8 +47,8 @@ class SlowedE3nn(Implementation):
 
         return slowed
 
-    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str
-                   ) -> ConvFunction:
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                   variant: str = DEFAULT_VARIANT) -> ConvFunction:
         inner, delay = registry.get("e3nn").build_conv(problem, dtype, device), _delay_s()
 
         def slowed(*args):

@@ -61,8 +61,31 @@ def expand(
     device: str,
     variants: Iterable[str] = ("default",),
 ) -> Iterator[Case]:
-    """The cartesian product of the given axes, as cases."""
+    """The cartesian product of the given axes, as cases.
+
+    Where several variants are given, an implementation gets at the ``tp`` and ``conv``
+    levels only those it has (a suite can list ``[default, ir_mul, reuse-plan]`` for several
+    implementations); a single variant is asked for explicitly, and an implementation without
+    it gets an ``unavailable`` row saying so. Model-level variants are the model families'.
+    """
+    variants = list(variants)
     for w, i, v, d, p, b in itertools.product(
         workloads, implementations, variants, directions, precisions, batches
     ):
+        if len(variants) > 1 and not _has_variant(level, i, v):
+            continue
         yield Case(level, w, i, v, d, p, int(b), device)
+
+
+def _has_variant(level: str, implementation: str, variant: str) -> bool:
+    """Whether ``implementation`` has ``variant`` at ``level``; True where only its case
+    process can answer (a model level, an implementation that a plugin registers there)."""
+    if level == "model" or variant == "default":
+        return True
+    from equibench import registry  # imports torch and this module
+
+    try:
+        impl = registry.get(implementation)
+    except ValueError:
+        return True
+    return impl.variant_unavailable(level, variant) is None

@@ -66,7 +66,7 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None):
 def _print_table(frame) -> None:
     import pandas as pd
 
-    cols = ["implementation", "workload", "direction", "precision", "batch", "device",
+    cols = ["implementation", "variant", "workload", "direction", "precision", "batch", "device",
             "status", "time_median_s", "throughput", "peak_mem_bytes", "max_scaled_err",
             "reason"]
     view = frame[[c for c in cols if c in frame.columns]].copy()
@@ -170,6 +170,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         state = "available" if reason is None else f"unavailable: {reason}"
         print(f"  {name:18s} levels={','.join(sorted(impl.levels)):10s} {state}")
         print(f"  {'':18s} {impl.description}")
+        for variant, about in impl.variants.items():
+            print(f"  {'':18s} variant {variant} ({','.join(sorted(about.levels))}): "
+                  f"{about.description}")
     print("tensor-product workloads:")
     for name, p in TP_WORKLOADS.items():
         print(f"  {name:16s} {p.mode} {p.irreps_in1} x {p.irreps_in2} ({len(p.instructions)} "
@@ -231,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", required=True, help="e.g. mace-large,nequip-benzene")
     p.add_argument("--implementation", required=True, help="e.g. e3nn,e3nn-compiled")
     p.add_argument("--variant", default="default",
-                   help="model option sets, e.g. small,oeq (mace) or baseline,optimized (se3t)")
+                   help="model option sets, e.g. small,oeq (mace) or baseline,optimized (se3t); "
+                        "tp/conv variants an implementation declares, e.g. ir_mul "
+                        "(cuequivariance), reuse-plan (fused conv): see `equibench list`")
     p.add_argument("--direction", default="forward", help=f"from {', '.join(DIRECTIONS)}")
     p.add_argument("--precision", default="float32", help=f"from {', '.join(PRECISION_NAMES)}")
     p.add_argument("--batch", type=_ints, default=[1024], help="e.g. 256,1024")

@@ -8,12 +8,13 @@ Per case:
   ``unavailable``), or any change to a worse status, is a regression, and so is a case of
   the baseline that the new run lacks. These need no statistics.
 - ``speedup vs <reference>``: the case's speedup over the reference row of its comparison
-  group measured in the same run (the ``e3nn`` row of the same variant; in a group without
-  one, the group's first row by implementation and variant). Rows timed in interleaved
-  rounds give one paired ratio per round (``equibench.paired``), which cancels the
-  machine's drift; the test then compares the baseline's per-round ratios with the new
-  run's. Machine-independent, so a baseline from one machine can check a run on another:
-  such a comparison is labelled ``across machines`` and uses nothing else.
+  group measured in the same run (the ``e3nn`` row of the same variant, else e3nn's
+  ``default`` row; in a group without e3nn, the group's first row by implementation and
+  variant). Rows timed in interleaved rounds give one paired ratio per round
+  (``equibench.paired``), which cancels the machine's drift; the test then compares the
+  baseline's per-round ratios with the new run's. Machine-independent, so a baseline from
+  one machine can check a run on another: such a comparison is labelled ``across
+  machines`` and uses nothing else.
 - ``time``: the raw median, only where both rows ran on the same machine.
 - ``peak memory``: same machine only.
 
@@ -187,11 +188,16 @@ def _detectable(base: np.ndarray, new: np.ndarray, threshold: float, alpha: floa
 
 def _reference_index(group: pd.DataFrame, row: pd.Series, reference: str):
     """Index of the row that ``row`` is compared with in its group, or None for the
-    reference itself."""
-    same_variant = group[(group["implementation"] == reference)
-                         & (group["variant"] == row["variant"])]
-    if len(same_variant):
-        index = same_variant.index[0]
+    reference itself: the ``reference`` implementation's row of the same variant, else its
+    ``default`` row (a variant of one implementation, e.g. cuequivariance[ir_mul], is
+    compared with the reference as it is by default), else the group's first row by
+    implementation and variant."""
+    ours = group[group["implementation"] == reference]
+    for variant in (row["variant"], "default"):
+        rows = ours[ours["variant"] == variant]
+        if len(rows):
+            index = rows.index[0]
+            break
     else:
         index = group.sort_values(["implementation", "variant"]).index[0]
     return None if index == row.name else index
@@ -223,7 +229,9 @@ def relative(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
 def speedups(frame: pd.DataFrame, reference: str = REFERENCE,
              column: str = "implementation") -> pd.DataFrame:
     """Each ok row joined with the row of the same case, run and machine whose ``column``
-    is ``reference`` (by default: the reference implementation).
+    is ``reference`` (by default: the reference implementation). A variant the reference
+    implementation does not have (``cuequivariance[ir_mul]``) is compared with its
+    ``default`` row, as :func:`relative` does.
 
     Adds ``ref_time_s``, ``speedup`` (paired per-round where the rows were interleaved,
     else the ratio of medians), ``speedup_q1``/``speedup_q3`` and ``paired``
@@ -231,9 +239,19 @@ def speedups(frame: pd.DataFrame, reference: str = REFERENCE,
     """
     ok = latest_ok(frame)
     match = [c for c in MATCH_COLUMNS if c != column] + ["run_id", *SAME_MACHINE]
-    refs = ok[ok[column] == reference][[*match, "time_median_s", "time_samples",
-                                        "round_times_s", "rounds_id"]]
-    return join_speedups(ok[ok[column] != reference], refs, match)
+    timing = ["time_median_s", "time_samples", "round_times_s", "rounds_id"]
+    refs = ok[ok[column] == reference][[*match, *timing]]
+    rows = ok[ok[column] != reference]
+    exact = join_speedups(rows, refs, match)
+    if column != "implementation":
+        return exact
+    # Rows left without a same-variant reference fall back to the reference's default.
+    keys = [c for c in match if c != "variant"]
+    found = exact[[*keys, "variant"]].drop_duplicates().assign(_found=True)
+    left = rows.merge(found, on=[*keys, "variant"], how="left")
+    left = left[left["_found"].isna()].drop(columns="_found")
+    defaults = refs[refs["variant"] == "default"].drop(columns="variant")
+    return pd.concat([exact, join_speedups(left, defaults, keys)], ignore_index=True)
 
 
 def _notes(row: pd.Series) -> str:

@@ -30,6 +30,58 @@ class Unsupported(Exception):
     """Raised by a builder for a case the implementation cannot run; becomes `unavailable`."""
 
 
+DEFAULT_VARIANT = "default"
+VARIANT_LEVELS = frozenset({"tp", "conv"})
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named variant of an implementation at the ``tp`` and ``conv`` levels.
+
+    The ``default`` variant follows the rule: the timed call is everything a step with a new
+    batch would pay. Another variant says in ``description`` (one line) what it changes: work
+    it amortizes over calls (:class:`Amortized`), or a layout of the implementation's own for
+    its operands (:class:`OperandLayout`). ``levels``: where it exists.
+    """
+
+    description: str
+    levels: frozenset[str] = VARIANT_LEVELS
+
+
+@dataclass(frozen=True)
+class OperandLayout:
+    """Where a built function's operands and output are in a layout of the implementation's
+    own instead of e3nn's ``mul_ir``: ``native = e3nn[..., index]`` for each of them (a change
+    of layout permutes the last dimension; the weights ``w`` keep e3nn's layout).
+
+    Shapes: ``in1 (d1,)``, ``in2 (d2,)``, ``out (d_out,)``, int64 permutations.
+    """
+
+    in1: torch.Tensor
+    in2: torch.Tensor
+    out: torch.Tensor
+
+    def native(self, operand: str, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor (..., d)`` of ``operand`` (``in1``, ``in2`` or ``out``), from e3nn's
+        layout into the native one."""
+        return tensor[..., getattr(self, operand).to(tensor.device)]
+
+    def e3nn(self, operand: str, tensor: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`native`."""
+        out = torch.empty_like(tensor)
+        out[..., getattr(self, operand).to(tensor.device)] = tensor
+        return out
+
+
+@dataclass(frozen=True)
+class Amortized:
+    """Work that a built function does once, outside the timed call, and keeps across calls:
+    ``what`` it is (``Bench.amortized``) and the bytes it keeps (``Bench.kept_bytes``)."""
+
+    what: str
+    kept_bytes: int
+
+
 class Implementation:
     """Base class of an adapter. Override what the implementation supports."""
 
@@ -37,6 +89,9 @@ class Implementation:
     levels: ClassVar[frozenset[str]] = frozenset()
     description: ClassVar[str] = ""
     precisions: ClassVar[frozenset[str]] = frozenset({"float64", "float32"})
+    # Variants at the tp and conv levels beyond ``default``, by name. The levels call the
+    # builders with ``default`` or one of these (never one the implementation lacks there).
+    variants: ClassVar[dict[str, Variant]] = {}
 
     def available(self, device: str) -> str | None:
         """None if the implementation can run on ``device``, else the reason it cannot."""
@@ -46,11 +101,39 @@ class Implementation:
         """None if this case can run, else the reason (e.g. a direction it cannot do)."""
         return None
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+    def variant_unavailable(self, level: str, variant: str) -> str | None:
+        """None if the implementation has ``variant`` at ``level`` (``tp`` or ``conv``), else
+        the reason, naming the variants it has there."""
+        if variant == DEFAULT_VARIANT or (variant in self.variants
+                                          and level in self.variants[variant].levels):
+            return None
+        have = [DEFAULT_VARIANT, *(name for name, v in self.variants.items()
+                                   if level in v.levels)]
+        return (f"{self.name} has no {level} variant {variant!r}; its {level} variants: "
+                f"{', '.join(have)}")
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT) -> TPFunction:
         raise Unsupported(f"{self.name} has no tensor-product builder")
 
-    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                   variant: str = DEFAULT_VARIANT) -> ConvFunction:
         raise Unsupported(f"{self.name} has no convolution builder")
+
+    def operand_layout(self, built: object) -> OperandLayout | None:
+        """The layout of the operands ``x``, ``y`` and the output of ``built`` (a builder's
+        result) where it is not e3nn's ``mul_ir`` (None): the level then hands it its inputs
+        in that layout, converted once outside the timed call, and turns its outputs back
+        for the gate, outside the timed call too."""
+        return None
+
+    def amortize_conv(self, built: object, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+                      num_nodes: int) -> Amortized | None:
+        """Do, once and outside the timed call, the work that ``built`` (a
+        :meth:`build_conv` result) keeps across calls on the graph ``edge_src -> edge_dst``
+        (``(E,)`` each, ``num_nodes`` nodes), and say what it is; None when it keeps none
+        (the rule: the timed call pays everything a step with a new batch would)."""
+        return None
 
     def code_path(self, built: object, device: str) -> CodePath:
         """What actually executes in ``built`` (a builder's result) on ``device``; recorded

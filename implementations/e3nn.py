@@ -8,7 +8,14 @@ import torch
 
 from equibench.cases import Case
 from equibench.convolution import gather_tp_scatter
-from equibench.registry import CodePath, ConvFunction, Implementation, TPFunction, register
+from equibench.registry import (
+    DEFAULT_VARIANT,
+    CodePath,
+    ConvFunction,
+    Implementation,
+    TPFunction,
+    register,
+)
 from equibench.workloads import TPProblem
 
 
@@ -24,10 +31,12 @@ class E3nn(Implementation):
     description = "e3nn o3.TensorProduct, eager PyTorch; conv = TP + index_add"
     precisions = frozenset({"float64", "float32", "tfloat32", "bfloat16", "float16"})
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT) -> TPFunction:
         return problem.e3nn_module(dtype).to(device)
 
-    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                   variant: str = DEFAULT_VARIANT) -> ConvFunction:
         return _conv_from_tp(self.build_tp(problem, dtype, device))
 
 
@@ -42,7 +51,8 @@ class E3nnCompiled(E3nn):
             return "torch.compile (aot_autograd) does not support double backward"
         return None
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT) -> TPFunction:
         # Donated buffers forbid create_graph=True, which double backward needs.
         torch._functorch.config.donated_buffer = False
         # Static shapes: every case runs in a process of its own at one batch size, and a
@@ -50,7 +60,8 @@ class E3nnCompiled(E3nn):
         # backward from a cold cache: 11 s against 41 s), which dominated the quick run.
         return torch.compile(super().build_tp(problem, dtype, device), dynamic=False)
 
-    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                   variant: str = DEFAULT_VARIANT) -> ConvFunction:
         return torch.compile(_conv_from_tp(super().build_tp(problem, dtype, device)),
                              dynamic=False)
 

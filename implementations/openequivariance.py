@@ -23,7 +23,14 @@ from __future__ import annotations
 
 import torch
 
-from equibench.registry import ConvFunction, Implementation, TPFunction, Unsupported, register
+from equibench.registry import (
+    DEFAULT_VARIANT,
+    ConvFunction,
+    Implementation,
+    TPFunction,
+    Unsupported,
+    register,
+)
 from equibench.workloads import TPProblem
 
 NO_CPU = "OpenEquivariance ships GPU-only JIT kernels (CUDA/HIP); no CPU backend"
@@ -74,7 +81,8 @@ class OpenEquivariance(Implementation):
             return f"openequivariance does not import: {type(err).__name__}: {err}"
         return None
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str) -> TPFunction:
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT) -> TPFunction:
         import openequivariance as oeq
 
         tp = oeq.TensorProduct(oeq_problem(problem, dtype))
@@ -85,7 +93,8 @@ class OpenEquivariance(Implementation):
 
         return fn
 
-    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str) -> ConvFunction:
+    def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                   variant: str = DEFAULT_VARIANT) -> ConvFunction:
         import openequivariance as oeq
 
         conv = oeq.TensorProductConv(oeq_problem(problem, dtype), deterministic=False)

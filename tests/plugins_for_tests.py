@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from equibench.registry import Implementation, register
+from equibench.registry import DEFAULT_VARIANT, Implementation, register
 from equibench.workloads import TPProblem
 
 
@@ -21,7 +21,8 @@ class Wrong(Implementation):
     name = "test-wrong"
     levels = frozenset({"tp"})
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT):
         module = problem.e3nn_module(dtype).to(device)
         return lambda x, y, w: module(x, y, w) * 1.01
 
@@ -33,7 +34,8 @@ class Crash(Implementation):
     name = "test-crash"
     levels = frozenset({"tp"})
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT):
         os.kill(os.getpid(), signal.SIGSEGV)
 
 
@@ -44,7 +46,8 @@ class OutOfMemory(Implementation):
     name = "test-oom"
     levels = frozenset({"tp"})
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT):
         def huge(x, y, w):
             return torch.empty(2**62, dtype=torch.uint8)
 
@@ -71,7 +74,8 @@ class _Logged(Implementation):
     levels = frozenset({"tp"})
     delay_s = 0.0
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT):
         module = problem.e3nn_module(dtype).to(device)
         log = CALL_LOG_DIR / f"{self.name}.log"
 
@@ -107,7 +111,8 @@ class WrongForwardOnly(Implementation):
     name = "test-offset"
     levels = frozenset({"tp"})
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT):
         module = problem.e3nn_module(dtype).to(device)
         return lambda x, y, w: module(x, y, w) + 0.01
 
@@ -120,7 +125,8 @@ class Drifting(Implementation):
     name = "test-drift"
     levels = frozenset({"tp"})
 
-    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str):
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT):
         module = problem.e3nn_module(dtype).to(device)
         calls = []
 

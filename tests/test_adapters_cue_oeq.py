@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import ONE_REPEAT
 from e3nn import o3
 from equibench.implementations import cuequivariance as cue_adapter
 from equibench.implementations import openequivariance as oeq_adapter
@@ -15,28 +16,18 @@ from equibench.cases import Case
 from equibench.convolution import gather_tp_scatter
 from equibench.correctness import compare
 from equibench.levels.directions import directional_call
-from equibench.measure import MeasureConfig
 from equibench.precision import get_precision
 from equibench.registry import get
-from equibench.runner import RunSettings, run_case
+from equibench.runner import run_case
 from equibench.workloads import TP_WORKLOADS
 
 WORKLOADS = [n for n in TP_WORKLOADS if not n.startswith("roofline")] + [
     "roofline-000", "roofline-123",
 ]
 DIRECTIONS = ("forward", "backward", "double_backward")
-# One timed repeat: these tests check rows, not speed.
-SETTINGS = RunSettings(measure=MeasureConfig(budget_s=0.0, min_repeats=1, max_repeats=1,
-                                             warmup=0))
+SETTINGS = ONE_REPEAT
+pytestmark = pytest.mark.usefixtures("one_thread")
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Batches of 8 gain nothing from threads, and two threads on two shared cores spin.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _random(problem, rows: int, seed: int = 0) -> list[torch.Tensor]:

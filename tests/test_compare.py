@@ -155,6 +155,32 @@ def test_paired_rounds_find_a_small_slowdown_through_drift():
     assert all(c.worse_by == pytest.approx(1.25, rel=0.05) for c in failing)
 
 
+def test_a_variant_without_an_e3nn_twin_is_compared_with_e3nn_default():
+    """cuequivariance[ir_mul] has no e3nn[ir_mul]: its reference is e3nn's default row, not
+    the first row by name (cuequivariance's own default); without e3nn, that first row."""
+    base = _interleaved(0)
+    cue = base[base["implementation"] == "cuequivariance"]
+    native = cue.assign(variant="ir_mul", time_median_s=cue["time_median_s"] / 2,
+                        round_times_s=cue["round_times_s"].map(lambda s: [x / 2 for x in s]),
+                        time_samples=cue["time_samples"].map(lambda s: [x / 2 for x in s]))
+    frame = results.validate(pd.concat([base, native], ignore_index=True))
+    rel = compare.relative(frame)
+    ir_mul = rel[rel["variant"] == "ir_mul"]
+    assert len(ir_mul) == 4 and set(ir_mul["reference"]) == {"e3nn"}
+    # e3nn takes 10 ms, cuequivariance[ir_mul] 4 ms: paired round by round.
+    assert np.allclose(ir_mul["speedup"], 2.5, rtol=0.1) and ir_mul["paired"].all()
+    without_e3nn = compare.relative(frame[frame["implementation"] != "e3nn"])
+    assert set(without_e3nn[without_e3nn["variant"] == "ir_mul"]["reference"]) == {
+        "cuequivariance"}
+    # The speedups that history and the dashboard's bars read agree.
+    joined = compare.speedups(frame)
+    native_joined = joined[joined["variant"] == "ir_mul"]
+    assert len(native_joined) == 4
+    assert np.allclose(native_joined["speedup"], 2.5, rtol=0.1)
+    assert len(joined[joined["variant"] == "default"]) == len(
+        frame[(frame["variant"] == "default") & (frame["implementation"] != "e3nn")])
+
+
 def test_status_change_and_missing_case_are_regressions():
     base = _interleaved(0)
     new = base.copy()

@@ -31,8 +31,14 @@ from equibench.convolution import gather_tp_scatter
 from equibench.cost import conv_bytes, tp_cost
 from equibench.levels import Bench, input_key
 from equibench.levels.directions import directional_call
-from equibench.levels.tp import equivariance_error, reference_note
-from equibench.registry import Implementation
+from equibench.levels.tp import (
+    check_variant,
+    e3nn_outputs,
+    equivariance_check,
+    native_inputs,
+    reference_note,
+)
+from equibench.registry import Implementation, OperandLayout, Unsupported
 from equibench.workloads import TPProblem, get_tp_workload
 
 CARBON_CUTOFF = 6.0
@@ -57,11 +63,7 @@ def qm9_graph(batch: int, seed: int) -> ConvGraph:
     from equibench import datasets
 
     ds = datasets.load("qm9")
-    if batch > len(ds):
-        raise ValueError(f"batch {batch} exceeds the {len(ds)} QM9 molecules")
-    rng = np.random.default_rng(seed)
-    indices = np.sort(rng.choice(len(ds), size=batch, replace=False))
-    b = ds.batch(indices.tolist(), graph="radius", cutoff=QM9_CUTOFF)
+    b = ds.batch(ds.sample(batch, seed).tolist(), graph="radius", cutoff=QM9_CUTOFF)
     return ConvGraph(b.edge_src, b.edge_dst, b.edge_vec.to(torch.float64), int(b.pos.shape[0]),
                      f"{batch} QM9 molecules, {QM9_CUTOFF} Å radius graph")
 
@@ -94,7 +96,7 @@ def qm9_static_batches(batch: int, seed: int, mode: str) -> ConvGraph:
     from equibench import datasets
 
     ds = datasets.load("qm9")
-    indices = np.sort(np.random.default_rng(seed).choice(len(ds), size=batch, replace=False))
+    indices = ds.sample(batch, seed)
     padded = ds.plan("padded", batch_size=PADDED_BATCH, indices=indices, cutoff=QM9_CUTOFF)
     plan = padded if mode == "padded" else ds.plan(
         "packed", max_nodes=padded.max_nodes, max_edges=padded.max_edges, indices=indices,
@@ -151,26 +153,33 @@ def conv_inputs(problem: TPProblem, graph: ConvGraph, seed: int) -> dict[str, to
 
 
 def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int) -> Bench:
+    check_variant(case, impl)
     problem, graph_name = parse_workload(case.workload)
     graph = GRAPHS[graph_name](case.batch, seed)
     master = conv_inputs(problem, graph, seed)
     src, dst = graph.edge_src.to(case.device), graph.edge_dst.to(case.device)
     n = graph.num_nodes
 
-    def bench_fn(conv, dt):
-        data = {k: v.to(device=case.device, dtype=dt) for k, v in master.items()}
+    def bench_fn(conv, dt, layout: OperandLayout | None):
+        data = {k: v.to(device=case.device, dtype=dt)
+                for k, v in native_inputs(master, layout).items()}
         fn = functools.partial(_bound, conv, src, dst, n, graph.blocks)
         call = directional_call(case.direction, fn, [data["x"], data["y"], data["w"]],
                                 ["x", "y", "w"], data["grad_out"],
                                 [data["probe_x"], data["probe_y"]])
         return fn, data, call
 
-    conv = impl.build_conv(problem, dtype, case.device)
-    fn, data, call = bench_fn(conv, dtype)
+    conv = impl.build_conv(problem, dtype, case.device, case.variant)
+    layout = impl.operand_layout(conv)
+    amortized = impl.amortize_conv(conv, src, dst, n)
+    if amortized is not None and graph.blocks > 1:
+        raise Unsupported(f"{impl.name}[{case.variant}] keeps what it amortizes for one graph; "
+                          f"this workload's call convolves {graph.blocks} graphs in turn")
+    fn, data, call = bench_fn(conv, dtype, layout)
 
     def reference():
         module = problem.e3nn_module(torch.float64).to(case.device)
-        return bench_fn(functools.partial(gather_tp_scatter, module), torch.float64)[2]()
+        return bench_fn(functools.partial(gather_tp_scatter, module), torch.float64, None)[2]()
 
     edges = int(src.shape[0])
     real_edges = graph.real_edges if graph.real_edges is not None else edges
@@ -182,8 +191,7 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         unit="edges/s",
         flops=tp_cost(problem).flops(case.direction) * edges,
         bytes=conv_bytes(problem, case.direction, n, edges, itemsize),
-        equivariance=(lambda: equivariance_error(fn, problem, data["x"], data["y"], data["w"],
-                                                 seed + 1))
+        equivariance=equivariance_check(fn, problem, data, layout, seed + 1)
         if case.direction == "forward" else None,
         extra={"graph": graph.description, "nodes": n, "edges": edges,
                "real_edges": real_edges, "blocks": graph.blocks,
@@ -193,6 +201,9 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
                "reference": reference_note(impl.name) + " with index_add"},
         reference_key=input_key(case.level, case.workload, case.direction, case.batch, seed,
                                 case.device),
+        amortized=amortized.what if amortized is not None else "",
+        kept_bytes=amortized.kept_bytes if amortized is not None else 0,
+        gate_view=e3nn_outputs(layout),
     )
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from e3nn import o3
 
 from equibench.cases import Case
+from equibench.correctness import random_rotation, scaled_error
 from equibench.cost import tp_bytes, tp_cost
-from equibench.levels import Bench, input_key
+from equibench.levels import Bench, Outputs, input_key
 from equibench.levels.directions import directional_call
-from equibench.registry import Implementation, TPFunction
+from equibench.registry import Implementation, OperandLayout, TPFunction, Unsupported
 from equibench.workloads import TPProblem, get_tp_workload
 
 
@@ -25,6 +28,47 @@ def tp_inputs(problem: TPProblem, batch: int, seed: int) -> dict[str, torch.Tens
         "x": randn(batch, d1), "y": randn(batch, d2), "w": randn(batch, problem.weight_numel),
         "grad_out": randn(batch, dout), "probe_x": randn(batch, d1), "probe_y": randn(batch, d2),
     }
+
+
+# The operand whose layout each input and output of a directional call has (its names in
+# ``tp_inputs``, ``conv_inputs`` and ``directional_call``); ``w`` and its gradients have
+# none. The output cotangent is laid out as the output; a gradient, or a probe that dots
+# with one, as its operand (a change of layout is a permutation).
+_INPUT_OPERANDS = {"x": "in1", "probe_x": "in1", "y": "in2", "probe_y": "in2",
+                   "grad_out": "out"}
+_OUTPUT_OPERANDS = {"out": "out", "grad_x": "in1", "grad2_x": "in1", "grad_y": "in2",
+                    "grad2_y": "in2"}
+
+
+def check_variant(case: Case, impl: Implementation) -> None:
+    """Raise :class:`Unsupported` (an ``unavailable`` row) if ``impl`` lacks the case's
+    variant at its level."""
+    reason = impl.variant_unavailable(case.level, case.variant)
+    if reason is not None:
+        raise Unsupported(reason)
+
+
+def native_inputs(data: dict[str, torch.Tensor], layout: OperandLayout | None
+                  ) -> dict[str, torch.Tensor]:
+    """``data`` (inputs, cotangent and probes in e3nn's layout) in ``layout``: done once,
+    outside the timed call, as a model that keeps its features in that layout would."""
+    if layout is None:
+        return data
+    return {name: layout.native(_INPUT_OPERANDS[name], t) if name in _INPUT_OPERANDS else t
+            for name, t in data.items()}
+
+
+def e3nn_outputs(layout: OperandLayout | None) -> Callable[[Outputs], Outputs] | None:
+    """The ``Bench.gate_view`` that turns a call's outputs in ``layout`` back into e3nn's
+    layout (None: they are in it already)."""
+    if layout is None:
+        return None
+
+    def view(outputs: Outputs) -> Outputs:
+        return {name: layout.e3nn(_OUTPUT_OPERANDS[name], t) if name in _OUTPUT_OPERANDS
+                else t for name, t in outputs.items()}
+
+    return view
 
 
 def _bench_fn(fn: TPFunction, data: dict[str, torch.Tensor], direction: str):
@@ -45,9 +89,7 @@ def equivariance_error(fn: TPFunction, problem: TPProblem, x: torch.Tensor, y: t
     ``fn`` maps (x, y, w) to outputs in ``problem.irreps_out``; the rows of x and y may be
     nodes and edges of a graph, which a rotation does not change.
     """
-    quaternion = torch.randn(4, generator=torch.Generator().manual_seed(seed),
-                             dtype=torch.float64)
-    rot = o3.quaternion_to_matrix(quaternion / quaternion.norm())
+    rot = random_rotation(seed)
     # e3nn builds Wigner D matrices in the default dtype: float32 ones are only ~1e-7 exact.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
@@ -62,9 +104,27 @@ def equivariance_error(fn: TPFunction, problem: TPProblem, x: torch.Tensor, y: t
     # guards on the grad mode, so a compiled ``fn`` would be compiled again for it.
     rotated_after = fn(x, y, w) @ dout.T
     rotated_before = fn(x @ d1.T, y @ d2.T, w)
-    diff = (rotated_after - rotated_before).abs().max().double()
-    scale = max(float(rotated_after.abs().max()), 1.0)
-    return float(diff) / scale
+    return scaled_error(rotated_before, rotated_after)
+
+
+def equivariance_check(fn: TPFunction, problem: TPProblem, data: dict[str, torch.Tensor],
+                       layout: OperandLayout | None, seed: int) -> Callable[[], float]:
+    """``Bench.equivariance``: :func:`equivariance_error` of ``fn`` on the inputs of
+    ``data``, both in ``layout``; the rotation acts in e3nn's layout, so inputs and outputs
+    are converted around ``fn`` (outside the timed call)."""
+
+    def e3nn_fn(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if layout is None:
+            return fn(x, y, w)
+        return layout.e3nn("out", fn(layout.native("in1", x), layout.native("in2", y), w))
+
+    def check() -> float:
+        x, y = data["x"], data["y"]
+        if layout is not None:
+            x, y = layout.e3nn("in1", x), layout.e3nn("in2", y)
+        return equivariance_error(e3nn_fn, problem, x, y, data["w"], seed)
+
+    return check
 
 
 def reference_note(implementation: str) -> str:
@@ -76,10 +136,12 @@ def reference_note(implementation: str) -> str:
 
 
 def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int) -> Bench:
+    check_variant(case, impl)
     problem = get_tp_workload(case.workload)
     master = tp_inputs(problem, case.batch, seed)
-    data = _cast(master, dtype, case.device)
-    fn = impl.build_tp(problem, dtype, case.device)
+    fn = impl.build_tp(problem, dtype, case.device, case.variant)
+    layout = impl.operand_layout(fn)
+    data = _cast(native_inputs(master, layout), dtype, case.device)
     ref_data = _cast(master, torch.float64, case.device)
 
     def reference():
@@ -95,12 +157,12 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         unit="products/s",
         flops=cost.flops(case.direction) * case.batch,
         bytes=tp_bytes(problem, case.direction, case.batch, itemsize),
-        equivariance=(lambda: equivariance_error(fn, problem, data["x"], data["y"], data["w"],
-                                                 seed + 1))
+        equivariance=equivariance_check(fn, problem, data, layout, seed + 1)
         if case.direction == "forward" else None,
         extra={"paths": len(problem.instructions), "mode": problem.mode,
                "code_path": impl.code_path(fn, case.device).to_dict(),
                "reference": reference_note(impl.name)},
         reference_key=input_key(case.level, case.workload, case.direction, case.batch, seed,
                                 case.device),
+        gate_view=e3nn_outputs(layout),
     )
