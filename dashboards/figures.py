@@ -199,35 +199,42 @@ def speedup_bars(frame: pd.DataFrame, level: str, reference: str = REFERENCE,
                  f"than {what} on the same machine in the same run.")
 
 
-def _grid_lines(data: pd.DataFrame, y: str, key: str, title: str, y_title: str,
+def _against_batch(data: pd.DataFrame, y: str, key: str, title: str, y_title: str,
                 log_y: bool, note: str, columns: list[str]) -> Chart:
     """Lines against batch size: a panel per (workload, direction) present, a line per
-    series; panels wrap three to a row."""
+    series; panels wrap three to a row. When every series has a single batch there is no
+    line to draw, and each panel shows a bar per series instead."""
     panels = sorted({(w, d) for w, d in zip(data["workload"], data["direction"], strict=True)},
                     key=lambda p: (p[0], _directions(data).index(p[1])))
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
     colors = _colors(list(data["series"]))
+    keys = ["tag", "series", "workload", "direction"]
+    bars = bool(data.groupby(keys)["batch"].nunique().max() == 1)
     fig = make_subplots(rows=nrows, cols=ncols,
                         subplot_titles=[esc(f"{w} · {d}") for w, d in panels],
                         horizontal_spacing=0.08, vertical_spacing=0.3 / nrows + 0.05)
     tags, legend_seen = [], set()
-    for (t, name, workload, direction), part in data.sort_values("batch").groupby(
-            ["tag", "series", "workload", "direction"]):
+    for (t, name, workload, direction), part in data.sort_values("batch").groupby(keys):
         first = (t, name) not in legend_seen
         legend_seen.add((t, name))
         index = panels.index((workload, direction))
-        fig.add_trace(go.Scatter(
-            x=part["batch"], y=part[y], mode="lines+markers", name=esc(name),
-            legendgroup=esc(name), showlegend=first, line_color=colors[name],
-            customdata=_hover(part),
-            hovertemplate=f"{esc(name)}<br>batch %{{x}}: %{{y:.4g}}<br>" + HOVER_TAIL,
-        ), row=index // ncols + 1, col=index % ncols + 1)
+        common = dict(name=esc(name), legendgroup=esc(name), showlegend=first,
+                      customdata=_hover(part),
+                      hovertemplate=f"{esc(name)}<br>batch %{{x}}: %{{y:.4g}}<br>" + HOVER_TAIL)
+        # Bars sit on a category axis (one category per batch), lines on a log axis.
+        trace = (go.Bar(x=part["batch"].astype(str), y=part[y], marker_color=colors[name],
+                        **common) if bars else
+                 go.Scatter(x=part["batch"], y=part[y], mode="lines+markers",
+                            line_color=colors[name], **common))
+        fig.add_trace(trace, row=index // ncols + 1, col=index % ncols + 1)
         tags.append(t)
-    fig.update_xaxes(type="log", title_text="batch")
+    fig.update_xaxes(type="category" if bars else "log", title_text="batch")
     fig.update_yaxes(type="log" if log_y else "linear", title_text=y_title, col=1)
-    fig.update_layout(height=300 * nrows + 160, margin=MARGIN)
+    fig.update_layout(height=300 * nrows + 160, margin=MARGIN, barmode="group")
     add_selector(fig, tags)
+    if bars:
+        note += " Each series was measured at one batch size only: bars, not lines."
     return Chart(key, title, fig, data[columns], note=note)
 
 
@@ -237,7 +244,7 @@ def throughput_vs_batch(frame: pd.DataFrame, level: str) -> Chart:
     if data.empty:
         return Chart(key, title, None)
     unit = esc(data["throughput_unit"].iloc[0])
-    return _grid_lines(data, "throughput", key, title, unit, True,
+    return _against_batch(data, "throughput", key, title, unit, True,
                        "Median over repeats; higher is better.",
                        [*CASE_COLUMNS, "throughput", "throughput_unit", "time_median_s",
                         "time_iqr_s"])
@@ -251,7 +258,7 @@ def memory_vs_batch(frame: pd.DataFrame, level: str) -> Chart:
         return Chart(key, title, None)
     data["peak_mem_mib"] = data["peak_mem_bytes"] / 2**20
     methods = ", ".join(sorted(set(data["peak_mem_method"]) - {""})) or "unknown"
-    return _grid_lines(data, "peak_mem_mib", key, title, "MiB", False,
+    return _against_batch(data, "peak_mem_mib", key, title, "MiB", False,
                        f"Lower is better. Measured as: {methods} (cuda_allocator: the caching "
                        "allocator's peak; rss_growth: the process's resident-set growth).",
                        [*CASE_COLUMNS, "peak_mem_bytes", "peak_mem_method"])

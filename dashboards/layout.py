@@ -1,7 +1,10 @@
 """HTML of the site's pages: the shell with its nav bar, tables, and figure sections.
 
 Every string that comes from a result row goes through ``html.escape`` here; figures are
-escaped where they are built.
+escaped where they are built. Plotly's JavaScript is one file of the site
+(``PLOTLY_JS``), which every page with a figure loads by a relative ``<script src>``: that
+works from a web server and from the file system (``file://``) alike, fetches nothing
+from the network, and keeps 4.8 MB out of every page.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import pandas as pd
 import plotly.io as pio
 from equibench.dashboards.figures import Chart
 
+PLOTLY_JS = "plotly.min.js"  # beside the pages; written once per site by site.write_site
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0 auto 2rem; max-width: 1500px;
        padding: 0 1rem; }
@@ -27,6 +31,8 @@ th { background: #f3f3f3; }
 .note, .empty { color: #555; }
 .banner { background: #fff3bf; border: 1px solid #f08c00; padding: .5em; font-weight: bold; }
 .chart { margin-bottom: 2rem; }
+.family { border-top: 3px solid #1f2933; margin-top: 2rem; }
+.headline td:nth-child(5) { font-weight: 600; }
 .verdict-reproduced { background: #d3f9d8; }
 .verdict-not-reproduced { background: #ffe3e3; }
 .verdict-different-hardware { background: #fff3bf; }
@@ -67,14 +73,14 @@ def table(frame: pd.DataFrame, row_class: Sequence[str] | None = None) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def chart_section(chart: Chart, include_plotlyjs: bool) -> str:
+def chart_section(chart: Chart) -> str:
     """A chart's heading, figure (or 'no rows'), note and CSV link."""
     title = f"<h3>{html.escape(chart.title)}</h3>"
     if chart.figure is None:
         return f'<section class="chart" id="{chart.key}">{title}' \
                '<p class="empty">no rows</p></section>'
-    # Plotly's JS goes into the first figure of a page only: pages open offline, once each.
-    div = pio.to_html(chart.figure, full_html=False, include_plotlyjs=include_plotlyjs,
+    # No JS here: the page loads PLOTLY_JS once, in its head, before any figure's script.
+    div = pio.to_html(chart.figure, full_html=False, include_plotlyjs=False,
                       div_id=f"{chart.key}-figure",
                       config={"displaylogo": False, "responsive": True})
     note = f'<p class="note">{html.escape(chart.note)}</p>' if chart.note else ""
@@ -85,29 +91,30 @@ def chart_section(chart: Chart, include_plotlyjs: bool) -> str:
 Block = str | Chart  # raw HTML (already escaped) or a chart
 
 
+def has_figures(blocks: Sequence[Block]) -> bool:
+    """Whether any block draws a figure (and so the page needs ``PLOTLY_JS``)."""
+    return any(isinstance(b, Chart) and b.figure is not None for b in blocks)
+
+
 def blocks_html(blocks: Sequence[Block]) -> str:
     """A page body from its blocks, in order."""
-    parts, embedded = [], False
-    for block in blocks:
-        if isinstance(block, str):
-            parts.append(block)
-            continue
-        parts.append(chart_section(block, include_plotlyjs=not embedded and
-                                   block.figure is not None))
-        embedded = embedded or block.figure is not None
-    return "".join(parts)
+    return "".join(b if isinstance(b, str) else chart_section(b) for b in blocks)
 
 
-def page(spec: PageSpec, body: str, banner: str = "") -> str:
-    """One page of the site; ``banner``, when given, heads it (e.g. synthetic data)."""
+def page(spec: PageSpec, body: str, banner: str = "", plotly: bool = False) -> str:
+    """One page of the site; ``banner``, when given, heads it (e.g. synthetic data);
+    ``plotly``: load ``PLOTLY_JS`` (the page has figures)."""
     current = ' class="current"'
     nav = "".join(f'<a href="{p.file}"{current if p.file == spec.file else ""}>'
                   f"{html.escape(p.nav)}</a>" for p in PAGES)
+    # A plain (not deferred) script in the head: each figure's inline script calls Plotly
+    # as the page is parsed.
+    script = f'<script src="{PLOTLY_JS}" charset="utf-8"></script>\n' if plotly else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(spec.heading)} - equibench</title>
-<style>{STYLE}</style></head><body>
+{script}<style>{STYLE}</style></head><body>
 <nav>{nav}</nav>
 {f'<p class="banner">{html.escape(banner)}</p>' if banner else ""}
 <h1>{html.escape(spec.heading)}</h1>

@@ -1,20 +1,34 @@
-"""The static dashboard site: self-contained HTML pages with Plotly embedded (no CDN).
+"""The static dashboard site: HTML pages that work offline, from a server or the file system.
 
-``write_site(frame, out_dir)`` writes index.html (claims, runs, environment), tp.html,
-conv.html, models.html, roofline.html, memory.html and history.html, each figure's data as
-CSV beside its page, and results.csv. Sections without rows say "no rows".
+``write_site(frame, out_dir)`` writes index.html (headline, claims, runs, environment),
+tp.html, conv.html, models.html (a section per model family), roofline.html, memory.html
+and history.html, each figure's data as CSV beside its page, results.csv, and Plotly's
+JavaScript once, as plotly.min.js from the installed ``plotly`` package (no CDN), which
+every page with a figure loads. Sections without rows say "no rows".
 """
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-from equibench.dashboards import figures
+from equibench.dashboards import figures, headline
 from equibench.dashboards.figures import Chart
-from equibench.dashboards.layout import PAGES, Block, PageSpec, blocks_html, page, table
+from equibench.dashboards.layout import (
+    PAGES,
+    PLOTLY_JS,
+    Block,
+    PageSpec,
+    blocks_html,
+    has_figures,
+    page,
+    table,
+)
+from plotly.offline import get_plotlyjs
 
 from equibench import claims as claims_mod
 from equibench import history as history_mod
@@ -37,6 +51,31 @@ VERDICT_RULE = (
     "claimed / 1.1 (the claim's tolerance). Different hardware: measured elsewhere, never "
     "'reproduced'. Not measured: no matching ok rows that can count (fallback and synthetic "
     "rows never do), or the claim cannot be measured by this tool.")
+HEADLINE_RULE = (
+    "Per level, workload and direction on each machine: the fastest implementation (for "
+    "models, the tensor-product backend and the model's variant) by throughput, among the "
+    "ok rows at one precision (float32 where the case has it) and the largest batch with "
+    "ok rows; each line says which. The speedup is over e3nn at the same case in the same "
+    "run: the median of per-round ratios where the two were timed in interleaved rounds, "
+    "with its interquartile range over the rounds; 'unpaired' where they were not, the "
+    "ratio of medians, whose spread then comes from the faster row's samples alone. Without "
+    "an ok e3nn row the line names the row it is compared with instead. Peak memory is one "
+    "call's extra memory (CUDA caching allocator on GPUs, resident-set growth on CPUs); "
+    "'not measured' where the row has none. Only ok rows count.")
+
+
+@dataclass(frozen=True)
+class Family:
+    """Models that share a page section: their workloads start with ``prefix``."""
+
+    key: str  # element id and CSV file stem part
+    name: str
+    prefix: str
+
+
+FAMILIES: tuple[Family, ...] = (Family("mace", "MACE", "mace-"),
+                                Family("se3t", "SE(3)-Transformer", "se3t-"))
+OTHER_MODELS = Family("other", "Other models", "")
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -85,12 +124,17 @@ def _code_paths(frame: pd.DataFrame) -> pd.DataFrame:
     return table_rows.sort_values("fallback", ascending=False, kind="stable")
 
 
-def _index(frame: pd.DataFrame, claim_rows: pd.DataFrame, claim_details: pd.DataFrame,
-           claim_pairs: pd.DataFrame) -> list[Block]:
+def _index(frame: pd.DataFrame, headline_rows: pd.DataFrame, claim_rows: pd.DataFrame,
+           claim_details: pd.DataFrame, claim_pairs: pd.DataFrame) -> list[Block]:
     verdict_classes = ["verdict-" + v.replace(" ", "-") for v in claim_rows.get("verdict", [])]
     env = frame[[c for c in ENV_COLUMNS if c in frame.columns]].drop_duplicates()
     claims_link = '<p><a href="claims.csv">claims (CSV)</a></p>' if not claim_rows.empty else ""
+    headline_link = ('<p><a href="headline.csv">headline (CSV)</a></p>'
+                     if not headline_rows.empty else "")
     return [f"""
+<h2>Fastest implementation per case</h2>
+<p class="note">{HEADLINE_RULE}</p>
+<div class="headline">{table(headline.display(headline_rows))}</div>{headline_link}
 <p class="note">Every ok case first matched its float64 reference within its precision's
 tolerance: e3nn in float64 for tensor products and convolutions, which for e3nn's own rows
 is the same code (each row's <code>extra.reference</code> says what it was checked against).
@@ -120,6 +164,47 @@ cuEquivariance's pure-PyTorch path without its CUDA kernels); claims never count
 def _level_charts(frame: pd.DataFrame, level: str) -> list[Chart]:
     return [figures.throughput_heatmap(frame, level), figures.speedup_bars(frame, level),
             figures.throughput_vs_batch(frame, level)]
+
+
+def _family(workload: str) -> Family:
+    return next((f for f in FAMILIES if workload.startswith(f.prefix)), OTHER_MODELS)
+
+
+def _in_family(chart: Chart, family: Family) -> Chart:
+    """A model-level chart made for one family: its own element id and CSV, its title
+    naming the family instead of the level."""
+    return replace(chart, key=f"model-{family.key}-{chart.key.removeprefix('model-')}",
+                   title=family.name + chart.title.removeprefix("model"))
+
+
+def _models(frame: pd.DataFrame) -> list[Block]:
+    """A section per model family, each with its own figures, so that a legend lists one
+    family's backends and variants. Figures without rows for a family are named, not
+    drawn (e.g. a family without e3nn has no speedup over it)."""
+    models = frame[frame["level"] == "model"]
+    if models.empty:
+        return ['<p class="empty">no rows</p>']
+    of_row = models["workload"].map(_family)
+    blocks: list[Block] = []
+    for family in (f for f in (*FAMILIES, OTHER_MODELS) if (of_row == f).any()):
+        rows = models[of_row == family]
+        charts = [_in_family(c, family) for c in (
+            figures.throughput_vs_batch(rows, "model"), figures.memory_vs_batch(rows, "model"),
+            figures.speedup_bars(rows, "model"),
+            figures.speedup_bars(rows, "model", "baseline", column="variant"),
+            figures.time_breakdown(rows, "model"))]
+        drawn = [c for c in charts if c.figure is not None]
+        workloads = ", ".join(sorted(set(rows["workload"])))
+        skipped = "; ".join(c.title.removeprefix(family.name + ": ")
+                            for c in charts if c.figure is None)
+        blocks.append(
+            f'<section class="family" id="family-{family.key}">'
+            f"<h2>{html.escape(family.name)}</h2>"
+            f'<p class="note">Workloads: {html.escape(workloads)}.'
+            + (f" Not drawn, no rows: {html.escape(skipped)}." if skipped else "") + "</p>")
+        blocks.extend(drawn or ['<p class="empty">no rows</p>'])
+        blocks.append("</section>")
+    return blocks
 
 
 def _peaks(frame: pd.DataFrame, probe_file: Path | None) -> figures.Peaks:
@@ -160,21 +245,19 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
     evaluated = claims_mod.evaluate(claim_list, frame)
     claim_rows = claims_mod.table(evaluated)
     claim_pairs = claims_mod.pairs_table(evaluated)
+    headline_rows = headline.headline(frame)
     probe = Path(machine_json) if machine_json else out.parent / "machine.json"
     pages: dict[str, list[Block]] = {
-        "index.html": _index(frame, claim_rows, claims_mod.details(claim_list), claim_pairs),
+        "index.html": _index(frame, headline_rows, claim_rows, claims_mod.details(claim_list),
+                             claim_pairs),
         "tp.html": [_intro("Bare tensor products on batches of independent inputs."),
                     *_level_charts(frame, "tp")],
         "conv.html": [_intro("Tensor products fused with the gather of source-node features "
                              "and the scatter-sum to destination nodes, on real graphs."),
                       *_level_charts(frame, "conv")],
-        "models.html": [_intro("Whole models; the implementation is the tensor-product "
-                               "backend, the variant the model's option set."),
-                        figures.throughput_vs_batch(frame, "model"),
-                        figures.memory_vs_batch(frame, "model"),
-                        figures.speedup_bars(frame, "model"),
-                        figures.speedup_bars(frame, "model", "baseline", column="variant"),
-                        figures.time_breakdown(frame, "model")],
+        "models.html": [_intro("Whole models, a section per model family; the "
+                               "implementation is the tensor-product backend, the variant "
+                               "the model's option set."), *_models(frame)],
         "roofline.html": [_intro("FLOPs and bytes come from the cost model (ideal minimum "
                                  "traffic), so intensity is a property of the workload."),
                           figures.roofline(frame, _peaks(frame, probe))],
@@ -185,11 +268,17 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
                          figures.history_lines(_history(history, out))],
     }
     specs: dict[str, PageSpec] = {p.file: p for p in PAGES}
+    if any(has_figures(blocks) for blocks in pages.values()):
+        # Once per site, before the pages that load it.
+        _write_atomic(out / PLOTLY_JS, get_plotlyjs())
     for name, blocks in pages.items():
         for chart in blocks:
             if isinstance(chart, Chart) and chart.figure is not None:
                 chart.data.to_csv(out / f"{chart.key}.csv", index=False)
-        _write_atomic(out / name, page(specs[name], blocks_html(blocks), _banner(frame)))
+        _write_atomic(out / name, page(specs[name], blocks_html(blocks), _banner(frame),
+                                       plotly=has_figures(blocks)))
+    if not headline_rows.empty:
+        headline_rows.to_csv(out / "headline.csv", index=False)
     if not claim_rows.empty:
         claim_rows.to_csv(out / "claims.csv", index=False)
         claim_pairs.to_csv(out / "claim-pairs.csv", index=False)

@@ -1,6 +1,7 @@
 """The static dashboard site: pages, offline Plotly, CSV links, escaping, empty tables."""
 
 import base64
+import html
 import json
 import math
 import re
@@ -9,13 +10,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from equibench.dashboards.layout import PAGES
-from equibench.dashboards.sample import A100, synthetic_history, synthetic_results
+from equibench.dashboards import figures
+from equibench.dashboards.headline import display, headline
+from equibench.dashboards.layout import PAGES, PLOTLY_JS
+from equibench.dashboards.sample import A100, CPU, synthetic_history, synthetic_results
 from equibench.dashboards.site import write_site
+from plotly.offline import get_plotlyjs
 
 from equibench import history, results
 
 PLOTLY_BUNDLE = re.compile(r"\* plotly\.js v\d")
+SCRIPT_TAG = f'<script src="{PLOTLY_JS}" charset="utf-8"></script>'
+# A quick run's site, Plotly's 4.8 MB included once: the bound the synthetic site must keep.
+SITE_BYTES_MAX = 6_000_000
 
 
 @pytest.fixture(scope="module")
@@ -52,18 +59,42 @@ def test_every_page_is_written_with_a_nav_bar(site):
         assert 'class="current"' in text
 
 
-def test_plotly_is_embedded_once_per_page_and_nothing_is_fetched(site):
+def _table_rows(fragment: str) -> list[list[str]]:
+    """The body rows of the first HTML table in ``fragment``, cells unescaped."""
+    body = fragment[fragment.index("<tbody>"):fragment.index("</tbody>")]
+    return [[html.unescape(cell) for cell in re.findall(r"<td>(.*?)</td>", row)]
+            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body)]
+
+
+def _headline_rows(index: Path) -> list[list[str]]:
+    text = index.read_text()
+    start = text.index("<h2>Fastest implementation per case</h2>")
+    return _table_rows(text[start:text.index("<h2>Claims</h2>")])
+
+
+def test_plotly_js_is_one_file_of_the_site_and_nothing_is_fetched(site):
+    bundle = site / PLOTLY_JS
+    assert bundle.read_text() == get_plotlyjs()  # the installed package's, not a CDN's
+    assert [p.name for p in site.iterdir() if p.name.endswith(".js") or ".tmp" in p.name] \
+        == [PLOTLY_JS]  # written once, atomically: no second copy, no temporary left
     for spec in PAGES:
         text = (site / spec.file).read_text()
         figures = text.count("Plotly.newPlot(")
-        assert len(PLOTLY_BUNDLE.findall(text)) == (1 if figures else 0), spec.file
-        # Nothing loaded from elsewhere (the bundle itself only names a topojson URL for
-        # geo charts, which the site has none of).
+        assert not PLOTLY_BUNDLE.search(text), spec.file  # no page embeds the bundle
+        # Relative, in the head, before any figure's script calls Plotly.
+        assert text.count(SCRIPT_TAG) == (1 if figures else 0), spec.file
+        if figures:
+            assert text.index(SCRIPT_TAG) < text.index("</head>") < text.index("Plotly.newPlot(")
         assert not re.search(r'<(script|link|img)[^>]+(src|href)="?https?:', text), spec.file
-    expected = {"index.html": 1, "tp.html": 3, "conv.html": 3, "models.html": 5, "roofline.html": 1,
+    expected = {"index.html": 1, "tp.html": 3, "conv.html": 3, "models.html": 8, "roofline.html": 1,
                 "memory.html": 3, "history.html": 1}
     for page, count in expected.items():
         assert (site / page).read_text().count("Plotly.newPlot(") == count, page
+
+
+def test_the_whole_site_stays_small(site):
+    size = sum(p.stat().st_size for p in site.iterdir())
+    assert size <= SITE_BYTES_MAX, f"site is {size} bytes"
 
 
 def test_every_figure_links_its_data(site):
@@ -109,11 +140,141 @@ def test_dropdown_hover_and_peaks(site):
 
 def test_models_page_has_breakdown_and_variant_speedup(site):
     text = (site / "models.html").read_text()
-    assert 'id="model-breakdown"' in text and 'id="model-speedup-variant"' in text
-    breakdown = pd.read_csv(site / "model-breakdown.csv")
+    assert 'id="model-se3t-breakdown"' in text and 'id="model-se3t-speedup-variant"' in text
+    breakdown = pd.read_csv(site / "model-se3t-breakdown.csv")
     assert set(breakdown["category"]) == {"tensor product", "radial MLP", "other"}
-    speedup = pd.read_csv(site / "model-speedup-variant.csv")
+    speedup = pd.read_csv(site / "model-se3t-speedup-variant.csv")
     assert (speedup["speedup"] > 15).all()  # the sample's optimized se3t is 20x the baseline
+
+
+def test_models_page_has_a_section_per_family_with_its_own_legends(site):
+    text = (site / "models.html").read_text()
+    mace, se3t = text.index('id="family-mace"'), text.index('id="family-se3t"')
+    assert mace < se3t
+    assert text[mace:se3t].count("<h2>") == 1 and text[se3t:].count("<h2>") == 1
+    sections = {"mace": text[mace:se3t], "se3t": text[se3t:]}
+    expected = {"mace": {"e3nn", "openequivariance"},
+                "se3t": {"basis [baseline]", "basis [nvidia-default]"}}
+    for family, section in sections.items():
+        found = _figures(section)
+        assert len(found) == 4, family
+        # Legends name backend and variant; the breakdown's (stacked) names categories.
+        named = [{t["name"] for t in f["data"]} for f in found
+                 if f["layout"].get("barmode") != "stack"]
+        assert all(names <= expected[family] for names in named), family
+        assert set().union(*named) == expected[family], family
+        for csv in re.findall(r'href="([^"]+\.csv)"', section):
+            workloads = set(pd.read_csv(site / csv)["workload"])
+            assert all(w.startswith(family + "-") for w in workloads), (family, csv)
+    assert "Not drawn, no rows: speedup over e3nn" in sections["se3t"]
+
+
+def test_headline_heads_the_overview(site):
+    text = (site / "index.html").read_text()
+    assert (text.index("<h2>Fastest implementation per case</h2>") < text.index("<h2>Claims</h2>")
+            < text.index("<h2>Code paths</h2>"))
+    rows = {(r[0], r[1], r[2], r[3].split(" (")[0]): r for r in _headline_rows(site / "index.html")}
+    assert len(rows) == 14  # (4 tp + 1 conv + 2 model cases) x 2 machines
+    gpu = rows[("tp", "mace-large", "forward", A100)]
+    assert gpu[3] == f"{A100} (cuda:0), float32, batch 256"
+    assert gpu[4] == "openequivariance (of 3 ok)"
+    assert 9 < float(gpu[5].removesuffix("×")) < 11  # the sample's oeq is 10x e3nn
+    assert gpu[6].startswith("unpaired (ratio of medians)")  # the sample has no rounds
+    assert gpu[7] == "1.6 MiB vs 16 MiB (e3nn): 0.1×"
+    # On the CPU openequivariance did not run: the fastest of what did.
+    assert rows[("tp", "mace-large", "forward", CPU)][4] == "cuequivariance (of 2 ok)"
+    assert rows[("model", "mace-qm9", "inference", CPU)][5] == "e3nn itself is the fastest"
+    se3t = rows[("model", "se3t-qm9", "train_step", A100)]
+    assert se3t[4] == "basis [nvidia-default] (of 2 ok)"
+    assert se3t[5].endswith("× over basis[baseline] (e3nn: not run)")
+    lines = pd.read_csv(site / "headline.csv")
+    assert set(lines["precision"]) == {"float32"} and len(lines) == 14
+
+
+def _paired_case() -> pd.DataFrame:
+    """The sample with the A100's tp/mace-large/forward float32 batch-256 rows of e3nn and
+    openequivariance timed in 4 interleaved rounds: per-round speedups 10, 8, 4, 5."""
+    frame = synthetic_results()
+    case = ((frame["gpu_name"] == A100) & (frame["level"] == "tp")
+            & (frame["workload"] == "mace-large") & (frame["direction"] == "forward")
+            & (frame["precision"] == "float32") & (frame["batch"] == 256))
+    rounds = {"e3nn": [1.0, 1.0, 1.0, 1.0], "openequivariance": [0.1, 0.125, 0.25, 0.2]}
+    for impl, times in rounds.items():
+        index = frame.index[case & (frame["implementation"] == impl)][0]
+        frame.at[index, "round_times_s"] = times
+        frame.at[index, "rounds_id"] = "r1"
+    return frame
+
+
+def _line(frame: pd.DataFrame, machine: str = A100) -> pd.Series:
+    lines = headline(frame)
+    return lines[(lines["level"] == "tp") & (lines["workload"] == "mace-large")
+                 & (lines["direction"] == "forward") & (lines["machine"] == machine)].iloc[0]
+
+
+def test_headline_speedup_is_paired_per_round_with_its_spread():
+    frame = _paired_case()
+    line = _line(frame)
+    assert line["paired"] and line["speedup"] == 6.5
+    assert (line["speedup_q1"], line["speedup_q3"]) == (4.75, 8.5)
+    shown = display(headline(frame))
+    row = shown[(shown["workload"] == "mace-large") & (shown["direction"] == "forward")
+                & shown["measured on"].str.startswith(A100) & (shown["level"] == "tp")].iloc[0]
+    assert row["speedup over e3nn"] == "6.5×"
+    assert row["spread of the speedup"] == "IQR 4.75–8.5× over 4 paired rounds"
+
+
+def test_headline_counts_only_ok_rows_and_never_prints_unmeasured_memory():
+    frame = _paired_case()
+    oeq = (frame["implementation"] == "openequivariance") & (frame["status"] == "ok")
+    frame.loc[frame["implementation"] == "cuequivariance", "peak_mem_bytes"] = -1
+    frame.loc[frame["implementation"] == "e3nn", "peak_mem_bytes"] = 0
+    for status in ("incorrect", "imported"):
+        changed = frame.copy()
+        changed.loc[oeq, "status"] = status
+        line = _line(results.validate(changed))
+        assert line["series"] == "cuequivariance" and line["candidates"] == 2, status
+        shown = display(pd.DataFrame([line]))
+        assert shown["peak memory: fastest vs reference"].iloc[0] \
+            == "not measured vs not measured (e3nn)"
+
+
+def test_headline_names_a_fallback_and_a_missing_reference():
+    frame = synthetic_results()
+    cue = frame["implementation"] == "cuequivariance"
+    frame.loc[cue, "extra"] = json.dumps({"code_path": {"path": "naive", "fallback": "pure torch"}})
+    frame.loc[frame["implementation"] == "e3nn", "status"] = "oom"
+    line = _line(results.validate(frame), CPU)
+    assert line["series"] == "cuequivariance (fallback)"
+    assert line["reference"] == "" and line["reference_status"] == "oom"
+    assert display(pd.DataFrame([line]))["speedup over e3nn"].iloc[0] \
+        == "no ok e3nn row (e3nn: oom)"
+
+
+def test_headline_takes_the_latest_run_of_each_case():
+    older = synthetic_results(seed=1, run_id="older")
+    older["timestamp"] = "2024-01-01T00:00:00+00:00"
+    older.loc[older["implementation"] == "cuequivariance", "time_median_s"] /= 100
+    older["throughput"] = older["batch"] / older["time_median_s"]
+    frame = pd.concat([older, synthetic_results()], ignore_index=True)
+    lines = headline(frame)
+    assert len(lines) == 14 and set(lines["run_id"]) == {"sample"}
+    assert _line(frame)["series"] == "openequivariance"
+
+
+def test_a_single_batch_is_drawn_as_bars():
+    frame = synthetic_results()
+    models = frame[frame["level"] == "model"]
+    one = models[models["batch"].isin([32, 100])]  # mace-qm9: 16, 32; se3t-qm9: 100, 240
+    chart = figures.throughput_vs_batch(one, "model")
+    assert {trace.type for trace in chart.figure.data} == {"bar"}
+    assert "bars, not lines" in chart.note
+    assert {trace.type for trace in figures.memory_vs_batch(one, "model").figure.data} \
+        == {"bar"}
+    # One series with two batches is a line to draw: lines for all.
+    mixed = models[models["batch"].isin([32, 100]) | (models["implementation"] == "e3nn")]
+    assert {trace.type for trace in figures.throughput_vs_batch(mixed, "model").figure.data} \
+        == {"scatter"}
 
 
 def test_empty_and_failed_tables_say_no_rows(tmp_path):
@@ -122,6 +283,8 @@ def test_empty_and_failed_tables_say_no_rows(tmp_path):
     for frame in (failed, results.to_frame([])):
         out = tmp_path / f"site{len(frame)}"
         write_site(frame, out, history=pd.DataFrame())
+        # Plotly's file only where a page loads it: the index's status chart.
+        assert (out / PLOTLY_JS).exists() == (len(frame) > 0)
         for spec in PAGES:
             text = (out / spec.file).read_text()
             assert ("Plotly.newPlot(" in text) == (spec.file == "index.html" and len(frame) > 0)

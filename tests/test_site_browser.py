@@ -1,5 +1,8 @@
 """Every dashboard page in headless Chromium: no console errors, no network, all figures drawn.
 
+Pages open from the file system (``file://``), as a downloaded site would, and load Plotly
+from the site's own plotly.min.js.
+
 Needs Debian's ``chromium`` and ``chromium-driver`` (apt) and ``selenium`` (pip, the
 ``test`` extra); skipped with the reason when one is missing.
 """
@@ -11,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from equibench.dashboards.layout import PAGES
+from equibench.dashboards.layout import PAGES, PLOTLY_JS
 from equibench.dashboards.sample import synthetic_history, synthetic_results
 from equibench.dashboards.site import write_site
 
@@ -87,5 +90,7 @@ def test_page_renders_offline_without_errors(browser, site, page):
                  if '"Network.requestWillBeSent"' in e["message"]]
     remote = [u for u in requested if not u.startswith(("file:", "data:", "about:", "blob:"))]
     assert not remote, f"{page}: fetched {remote}"
+    plotly = [u for u in requested if u.endswith(f"/{PLOTLY_JS}")]
+    assert plotly == ([(site / PLOTLY_JS).as_uri()] if figures else []), page
     assert browser.find_element("css selector", "nav a.current").get_attribute("href") \
         .endswith(page)
