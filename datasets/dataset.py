@@ -89,6 +89,14 @@ class Dataset:
         flag = ", synthetic" if self.synthetic else ""
         return f"Dataset({self.name!r}, {len(self)} structures, source={self.source!r}{flag})"
 
+    def sample(self, n: int, seed: int) -> np.ndarray:
+        """(n,) sorted indices of ``n`` structures drawn without replacement, seeded: the one
+        way every level and model picks its structures, so that a seed means one sample."""
+        if not 0 < n <= len(self):
+            raise ValueError(f"cannot sample {n} structures from {self.name}, which has "
+                             f"{len(self)}; ask for 1 to {len(self)}")
+        return np.sort(np.random.default_rng(seed).choice(len(self), size=n, replace=False))
+
     @property
     def n_atoms(self) -> np.ndarray:
         """(S,) atoms per structure."""

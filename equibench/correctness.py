@@ -57,12 +57,34 @@ def compare(
                 False, float("inf"), float("inf"), tolerance,
                 f"{name} has shape {shape}, expected {tuple(ref.shape)}",
             )
-        diff = (out.detach().to(torch.float64).cpu() - ref.detach().cpu()).abs()
-        abs_err = float(diff.max()) if diff.numel() else 0.0
-        if not torch.isfinite(diff).all():
-            abs_err = float("inf")
-        scale = max(float(ref.abs().max()) if ref.numel() else 0.0, 1.0)
-        if abs_err / scale >= max_scaled:
-            worst, max_scaled = name, abs_err / scale
+        abs_err, scaled = errors(out, ref)
+        if scaled >= max_scaled:
+            worst, max_scaled = name, scaled
         max_abs = max(max_abs, abs_err)
     return GateResult(max_scaled <= tolerance, max_abs, max_scaled, tolerance, worst)
+
+
+def errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """``max|out - ref|`` and the scaled error ``max|out - ref| / max(max|ref|, 1)``, in
+    float64 on the CPU; both infinite where ``out`` is not finite."""
+    diff = (out.detach().to(device="cpu", dtype=torch.float64)
+            - ref.detach().to(device="cpu", dtype=torch.float64)).abs()
+    if not diff.numel():
+        return 0.0, 0.0
+    abs_err = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
+    return abs_err, abs_err / max(float(ref.detach().abs().max()), 1.0)
+
+
+def scaled_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """The gate's error measure, ``max|out - ref| / max(max|ref|, 1)`` (see :func:`errors`)."""
+    return errors(out, ref)[1]
+
+
+def random_rotation(seed: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """(3, 3) proper rotation drawn from the uniform (Haar) distribution by e3nn with a
+    seeded generator, leaving torch's global random state as it was."""
+    from e3nn import o3
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return o3.rand_matrix(dtype=dtype)

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from equibench.files import atomic_write
+
 from .cpu_codegen import generate_cpu_source
 from .descriptor import TPDescriptor
 from .errors import KernelUnavailable
@@ -230,9 +232,8 @@ def _build(desc: TPDescriptor) -> CpuKernels:
         for sfx, source in sources.items():
             src = build_dir / f"{name}_{sfx}.cpp"
             if not src.exists() or src.read_text() != source:
-                tmp = src.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(source)
-                os.replace(tmp, src)  # atomic: a concurrent process never sees half a file
+                with atomic_write(src, "w") as handle:  # never half a file for another process
+                    handle.write(source)
             paths.append(str(src))
         from torch.utils.cpp_extension import load
 

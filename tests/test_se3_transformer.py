@@ -18,7 +18,6 @@ from equibench.implementations.se3_transformer.bench import (
     gradient_projections,
     master_model,
     probe_directions,
-    random_rotation,
 )
 from equibench.implementations.se3_transformer.model import (
     SIZES,
@@ -37,6 +36,7 @@ from equibench.implementations.se3_transformer.tfn import BACKENDS
 
 from equibench import registry
 from equibench.cases import Case
+from equibench.correctness import random_rotation
 from equibench.measure import MeasureConfig
 from equibench.runner import RunSettings, run_case
 

@@ -38,17 +38,12 @@ def import_error(module: str) -> str | None:
 
 
 def unavailable_reason(backend: str, device: str) -> str | None:
-    """None if ``backend`` can run on ``device`` here, else the reason."""
-    on_gpu = device.startswith("cuda")
-    if backend == "openequivariance" and not on_gpu:
-        return "OpenEquivariance ships GPU-only kernels"
-    needed = {
-        "e3nn": ("mace.modules",),
-        "cuequivariance": ("mace.modules", "cuequivariance_torch"),
-        "openequivariance": ("mace.modules", "openequivariance"),
-        "fused": ("mace.modules", "equibench.kernels"),
-    }[backend]
-    return next((reason for m in needed if (reason := import_error(m))), None)
+    """None if ``backend`` can run on ``device`` here, else the reason: mace-torch must import,
+    and the backend's implementation answers for itself (``Implementation.available``, the
+    one probe of each implementation)."""
+    from equibench import registry
+
+    return import_error("mace.modules") or registry.get(backend).available(device)
 
 
 def kernel_backend(device: str) -> str:

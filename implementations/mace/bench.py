@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from equibench.cases import Case
+from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench, Outputs
 from equibench.registry import ModelFamily, register_model
 
@@ -77,21 +78,12 @@ def breakdown(case: Case, seed: int = 0) -> dict[str, float]:
     return _profile(mc, case.direction)
 
 
-def _scaled_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``max|out - ref| / max(max|ref|, 1)``, as the gate measures errors."""
-    return float((out - ref).abs().max() / ref.abs().max().clamp(min=1))
-
-
 def _equivariance(mc: MaceCase, seed: int) -> Callable[[], float]:
     """Scaled error of E(Rx) = E(x), F(Rx) = R F(x) for a seeded random rotation R
     (positions, periodic shifts and cells all rotate)."""
 
     def check() -> float:
-        from e3nn import o3
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            rot = o3.rand_matrix(dtype=mc.dtype).to(mc.device)
+        rot = random_rotation(seed, mc.dtype).to(mc.device)
         data = mc.structures.to(mc.dtype, mc.device)
         turned = {
             **data,
@@ -101,8 +93,8 @@ def _equivariance(mc: MaceCase, seed: int) -> Callable[[], float]:
         }
         plain = make_step("inference", mc.model, data)()
         rotated = make_step("inference", mc.model, turned)()
-        energy = _scaled_error(rotated["energy"], plain["energy"])
-        forces = _scaled_error(rotated["forces"], plain["forces"] @ rot.T)
+        energy = scaled_error(rotated["energy"], plain["energy"])
+        forces = scaled_error(rotated["forces"], plain["forces"] @ rot.T)
         return max(energy, forces)
 
     return check

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -78,9 +77,7 @@ def load_structures(workload: str, n_graphs: int, seed: int, cutoff: float) -> S
     name, elements = WORKLOADS[workload]
     ds = datasets.load(name)
     info = datasets.info(name)
-    if n_graphs > len(ds):
-        raise ValueError(f"{name} has {len(ds)} structures, {n_graphs} requested")
-    indices = np.sort(np.random.default_rng(seed).choice(len(ds), n_graphs, replace=False))
+    indices = ds.sample(n_graphs, seed)
     # MACE has no neighbour cap: every pair within r_max interacts.
     batch = ds.batch(indices, graph="radius", cutoff=cutoff, dtype=torch.float64)
     atomic_numbers = elements or tuple(int(z) for z in info["elements"])

@@ -26,10 +26,11 @@ atoms.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
+from equibench import registry
 from equibench.cases import Case
+from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench
 from equibench.registry import ModelFamily, Unsupported, register_model
 
@@ -82,20 +83,10 @@ def sample_molecules(n: int, seed: int, target: str = "homo") -> MoleculeBatch:
     from equibench import datasets
 
     ds = datasets.load("qm9")
-    rng = np.random.default_rng(seed)
-    indices = np.sort(rng.choice(len(ds), size=n, replace=False))
-    mol = featurize(ds.batch(indices.tolist(), graph="bonds"), target)
+    mol = featurize(ds.batch(ds.sample(n, seed).tolist(), graph="bonds"), target)
     std = mol.target.std() if n > 1 else torch.tensor(1.0, dtype=torch.float64)
     mol.target = (mol.target - mol.target.mean()) / std.clamp(min=1e-12)
     return mol
-
-
-def random_rotation(seed: int) -> torch.Tensor:
-    """(3, 3) float64 proper rotation from a seeded QR decomposition."""
-    g = torch.Generator().manual_seed(seed)
-    q, r = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
-    q = q * torch.sign(torch.diagonal(r))
-    return q if torch.det(q) > 0 else -q
 
 
 def master_model(size: str, seed: int) -> SE3TransformerPooled:
@@ -188,15 +179,10 @@ class SE3TransformerFamily(ModelFamily):
     def available(self, backend: str, device: str) -> str | None:
         if device.startswith("cuda") and not torch.cuda.is_available():
             return "CUDA is not available here"
-        try:
-            if backend == "cuequivariance":
-                import cuequivariance  # noqa: F401
-                import cuequivariance_torch  # noqa: F401
-            elif backend == "fused":
-                import equibench.kernels  # noqa: F401
-        except Exception as err:  # noqa: BLE001 - any import failure means unavailable
-            return f"{backend} does not import: {type(err).__name__}: {err}"
-        return None
+        if backend == "basis":  # this family's own contraction, plain PyTorch
+            return None
+        # The tensor-product backends answer for themselves (one probe per implementation).
+        return registry.get(backend).available(device)
 
     def supports(self, case: Case) -> str | None:
         if case.workload not in WORKLOADS:
@@ -270,7 +256,7 @@ class SE3TransformerFamily(ModelFamily):
             with torch.no_grad():
                 a = model(mol, model.bases(mol.edge_vec), ops)
                 b = model(turned, model.bases(turned.edge_vec), ops)
-            return float((a - b).abs().max()) / max(float(a.abs().max()), 1.0)
+            return scaled_error(b, a)
 
         return Bench(
             call=call, reference=reference, items=case.batch, unit="molecules/s",

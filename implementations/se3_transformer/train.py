@@ -60,8 +60,10 @@ def train(molecules: int = 2000, epochs: int = 5, batch: int = 32, size: str = "
     from equibench import datasets
 
     ds = datasets.load("qm9")
+    # The sample is sorted by index; a seeded shuffle splits it into validation and training
+    # (the same generator then orders the training batches of each epoch).
     rng = np.random.default_rng(seed)
-    chosen = rng.choice(len(ds), size=molecules, replace=False)
+    chosen = rng.permutation(ds.sample(molecules, seed))
     n_val = max(1, molecules // 10)
     val_idx, train_idx = np.sort(chosen[:n_val]), np.sort(chosen[n_val:])
     homo = ds.data.targets["homo"][train_idx]
