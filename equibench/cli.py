@@ -85,14 +85,21 @@ def _log_row(row: dict) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _start_fork_server(args)
-    from equibench.runner import run_cases
+    from equibench import names
 
     cases = list(expand(
         level=args.level, workloads=_csv(args.workload), implementations=_csv(args.implementation),
         directions=_csv(args.direction), precisions=_csv(args.precision), batches=args.batch,
         device=args.device, variants=_csv(args.variant),
     ))
+    try:  # before any process starts: a typo costs nothing
+        names.check(cases, plugins=args.plugin or ())
+    except names.UnknownName as err:
+        print(f"equibench run: {err}", file=sys.stderr)
+        return 2
+    _start_fork_server(args)
+    from equibench.runner import run_cases
+
     frame = run_cases(cases, _settings(args), args.out, progress=not args.quiet)
     _print_table(frame)
     return 0
@@ -108,11 +115,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "sweep", "--config", args.config, "--suite", args.suite, "--implementation",
             args.implementation, "--device", args.device, "--out", args.out,
             *(["--quiet"] if args.quiet else [])])
+    from equibench import names
+
+    cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
+    try:
+        names.check(cases, plugins=cfg.get("plugins", []))
+    except names.UnknownName as err:
+        print(f"equibench sweep: suite {args.suite}: {err}", file=sys.stderr)
+        return 2
     _start_fork_server(args, cfg)
     from equibench.devices import exclusive
     from equibench.runner import run_cases
 
-    cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
     print(f"{len(cases)} cases: suite {args.suite}, {args.implementation}, {args.device}",
           flush=True)
     with exclusive(args.device, Path(args.out).parent / ".locks"):

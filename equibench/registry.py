@@ -168,6 +168,10 @@ class ModelFamily:
     prefix: ClassVar[str]
     backends: ClassVar[tuple[str, ...]] = ()
     precisions: ClassVar[frozenset[str]] = frozenset({"float64", "float32"})
+    # The names a case may use (checked, with suggestions, before any process starts).
+    workloads: ClassVar[tuple[str, ...]] = ()
+    variants: ClassVar[tuple[str, ...]] = ()
+    directions: ClassVar[tuple[str, ...]] = ()
 
     def available(self, backend: str, device: str) -> str | None:
         return None
@@ -182,6 +186,12 @@ class ModelFamily:
 _REGISTRY: dict[str, Implementation] = {}
 _MODELS: dict[str, ModelFamily] = {}
 _discovered = False
+
+
+def families() -> list[ModelFamily]:
+    """Every registered model family."""
+    discover()
+    return list(_MODELS.values())
 
 
 def register_model(cls: type[ModelFamily]) -> type[ModelFamily]:
@@ -236,3 +246,59 @@ def get(name: str) -> Implementation:
 def names(level: str | None = None) -> list[str]:
     discover()
     return sorted(n for n, impl in _REGISTRY.items() if level is None or level in impl.levels)
+
+
+@dataclass(frozen=True)
+class CasePlugin:
+    """What runs a case, whatever its level; the one place where the two plug-in kinds meet
+    the runner. At ``tp`` and ``conv`` it is the :class:`Implementation` the case names; at
+    ``model`` it is the :class:`ModelFamily` of the case's workload, and the case's
+    ``implementation`` is that family's backend.
+
+    ``unavailable(device)`` and ``supports(case)``: None, or why not; ``build(case, dtype,
+    seed)``: the case's :class:`equibench.levels.Bench`.
+    """
+
+    name: str
+    unavailable: Callable[[str], str | None]
+    supports: Callable[[Case], str | None]
+    precisions: frozenset[str]
+    build: Callable[[Case, torch.dtype, int], object]
+
+
+def plugin(case: Case) -> CasePlugin:
+    """The :class:`CasePlugin` of ``case``."""
+    if case.level == "model":
+        family = model_family(case.workload)
+
+        def family_unavailable(device: str) -> str | None:
+            if case.implementation not in family.backends:
+                return (f"{family.prefix} has no backend {case.implementation!r}; backends: "
+                        f"{', '.join(family.backends)}")
+            return family.available(case.implementation, device)
+
+        return CasePlugin(f"{family.prefix} backend {case.implementation}", family_unavailable,
+                          family.supports, family.precisions, family.build_bench)
+    impl = get(case.implementation)
+
+    def unavailable(device: str) -> str | None:
+        if case.level not in impl.levels:
+            return f"{impl.name} has no {case.level} level"
+        return impl.available(device)
+
+    def build(c: Case, dtype: torch.dtype, seed: int) -> object:
+        if c.level == "tp":
+            from equibench.levels.tp import build_bench
+        else:
+            from equibench.levels.conv import build_bench
+        return build_bench(c, impl, dtype, seed)
+
+    return CasePlugin(impl.name, unavailable, impl.supports, impl.precisions, build)
+
+
+def plugin_key(case: Case) -> tuple[str, ...]:
+    """Cases sharing this key share their plug-in's ``unavailable`` answer, so one case
+    process finds out for all. Computed without importing any implementation: model
+    families are named by their workloads' prefix (``ModelFamily.prefix``)."""
+    family = case.workload.split("-")[0] if case.level == "model" else ""
+    return case.level, family, case.implementation, case.device

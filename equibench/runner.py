@@ -80,57 +80,24 @@ def _is_oom(err: BaseException) -> bool:
 
 
 def _build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
-    if case.level == "model":
-        return registry.model_family(case.workload).build_bench(case, dtype, seed)
-    if case.level == "tp":
-        from equibench.levels.tp import build_bench
-    else:
-        from equibench.levels.conv import build_bench
-    return build_bench(case, registry.get(case.implementation), dtype, seed)
+    return registry.plugin(case).build(case, dtype, seed)
 
 
 def _implementation_unavailable(case: Case) -> str | None:
-    """Why the case's implementation cannot run on its device at all, or None: the same
-    answer for every case of that implementation, device and level (or model family)."""
-    if case.level == "model":
-        family = registry.model_family(case.workload)
-        return (
-            (None if case.implementation in family.backends
-             else f"{family.prefix} has no backend {case.implementation!r}; backends: "
-                  f"{', '.join(family.backends)}")
-            or family.available(case.implementation, case.device)
-        )
-    impl = registry.get(case.implementation)
-    return ((None if case.level in impl.levels else f"{impl.name} has no {case.level} level")
-            or impl.available(case.device))
+    """Why the case's implementation (or model family backend) cannot run on its device at
+    all, or None: the same answer for every case sharing its ``registry.plugin_key``."""
+    return registry.plugin(case).unavailable(case.device)
 
 
 def _case_unavailable(case: Case, precision) -> str | None:
     """Why this case in particular cannot run (direction, variant, precision), or None."""
-    if case.level == "model":
-        family = registry.model_family(case.workload)
-        return (
-            family.supports(case)
-            or precision.check_device(case.device)
-            or (None if precision.name in family.precisions
-                else f"{family.prefix} does not support {precision.name}")
-        )
-    impl = registry.get(case.implementation)
+    plugin = registry.plugin(case)
     return (
-        impl.supports(case)
+        plugin.supports(case)
         or precision.check_device(case.device)
-        or (None if precision.name in impl.precisions
-            else f"{impl.name} does not support {precision.name}")
+        or (None if precision.name in plugin.precisions
+            else f"{plugin.name} does not support {precision.name}")
     )
-
-
-def _implementation_key(case: Case) -> tuple[str, ...]:
-    """Cases that share this key share an implementation's unavailability: when one case
-    finds the implementation unavailable on its device, the runner answers the others with
-    its row instead of starting a process for each."""
-    # Model families are named by their workloads' prefix (ModelFamily.prefix).
-    family = case.workload.split("-")[0] if case.level == "model" else ""
-    return case.level, family, case.implementation, case.device
 
 
 def run_case(case: Case, settings: RunSettings) -> dict:
@@ -386,7 +353,7 @@ def _run_group(cases: list[Case], settings: RunSettings, ctx,
     workers: dict[int, _Worker] = {}
     rows: dict[int, dict] = {}
     for index, case in enumerate(cases):
-        known = unavailable.get(_implementation_key(case))
+        known = unavailable.get(registry.plugin_key(case))
         if known is not None:
             rows[index] = {**known, **case.to_dict()}
             continue
@@ -396,7 +363,7 @@ def _run_group(cases: list[Case], settings: RunSettings, ctx,
             continue
         rows[index] = worker.row
         if worker.whole:
-            unavailable[_implementation_key(case)] = dict(worker.row)
+            unavailable[registry.plugin_key(case)] = dict(worker.row)
     rounds_id = uuid.uuid4().hex[:16] if len(workers) > 1 else ""
     order = random.Random()
     # One account for the group: its slots interleave, so a disturbance falls on all of

@@ -182,6 +182,9 @@ class Mace(ModelFamily):
     prefix = "mace"
     backends = BACKENDS
     precisions = frozenset({"float64", "float32"})
+    workloads = tuple(WORKLOADS)
+    variants = tuple(VARIANTS)
+    directions = DIRECTIONS
 
     def available(self, backend: str, device: str) -> str | None:
         return unavailable_reason(backend, device)

@@ -43,7 +43,7 @@ from .model import (
     featurize,
     pool_winners,
 )
-from .switches import OPTIMIZED, Switches, amortized, variant_switches
+from .switches import DGL_SUFFIX, OPTIMIZED, VARIANTS, Switches, amortized, variant_switches
 from .tfn import BACKENDS
 
 WORKLOADS = {"se3t-qm9": "full", "se3t-qm9-medium": "medium", "se3t-qm9-small": "small"}
@@ -175,6 +175,9 @@ class SE3TransformerFamily(ModelFamily):
     prefix = "se3t"
     backends = BACKENDS
     precisions = frozenset({"float64", "float32", "tfloat32"})
+    workloads = tuple(WORKLOADS)
+    variants = (*VARIANTS, *(f"{name}{DGL_SUFFIX}" for name in VARIANTS))
+    directions = DIRECTIONS
 
     def available(self, backend: str, device: str) -> str | None:
         if device.startswith("cuda") and not torch.cuda.is_available():
