@@ -7,10 +7,10 @@ import warnings
 
 import pytest
 import torch
-from conftest import ONE_REPEAT
 from e3nn import o3
 from equibench.implementations import cuequivariance as cue_adapter
 from equibench.implementations import openequivariance as oeq_adapter
+from settings_for_tests import ONE_REPEAT
 
 from equibench.cases import Case
 from equibench.convolution import gather_tp_scatter

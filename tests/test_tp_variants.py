@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import ONE_REPEAT
 from equibench.implementations import cuequivariance as cue_adapter
+from settings_for_tests import ONE_REPEAT
 
 from equibench.cases import Case, expand
 from equibench.levels import conv as conv_level
