@@ -1,4 +1,21 @@
-"""Tensor-product workloads (REFERENCE.md section 2) as irreps and e3nn instructions.
+"""Tensor-product workloads: the one description of each product (:class:`TPProblem`), and
+the one table of them (:data:`TP_WORKLOADS`), which every level and backend reads.
+
+A problem is its irreps, its e3nn instructions and e3nn's default normalization
+(``irrep_normalization="component"``, ``path_normalization="element"``). Backends derive
+what they execute from it: the e3nn reference module (:meth:`TPProblem.e3nn_module`), our
+kernels' :class:`equibench.kernels.TPDescriptor` (:meth:`TPProblem.descriptor`),
+cuEquivariance's segmented polynomial (``implementations/cuequivariance.py``) and
+OpenEquivariance's problem (``implementations/openequivariance.py``).
+
+Sources: the workload names and sizes are those of OpenEquivariance's benchmark suite
+(Bharadwaj et al., arXiv 2501.13986, ``openequivariance/benchmark/problems.py``): MACE's
+large and medium interactions (Batatia et al., NeurIPS 2022), NequIP's water, aspirin,
+toluene and benzene configurations (Batzner et al., Nat. Commun. 2022), DiffDock's L = 1 and
+L = 2 products (Corso et al., ICLR 2023) and single-path roofline products. Two differences
+from that suite, kept so that every row measured so far means the same problem: our NequIP
+inputs carry one parity per degree (below), theirs both; our channel-wise outputs follow
+the instruction order, theirs are sorted by irrep.
 
 Every product takes per-sample weights (``shared_weights=False``), as a convolution with
 edge-dependent radial weights does. Channel-wise (``uvu``) products are built the way MACE
@@ -71,6 +88,27 @@ class TPProblem:
     @cached_property
     def weight_numel(self) -> int:
         return self.e3nn_module().weight_numel
+
+    @cached_property
+    def descriptor(self):  # noqa: ANN201 - equibench.kernels is imported on first use
+        """Our kernels' :class:`equibench.kernels.TPDescriptor` of this product (sparse
+        Clebsch-Gordan entries, weight layout, e3nn's normalization constants)."""
+        from equibench.kernels import TPDescriptor
+
+        return TPDescriptor.from_e3nn(self.irreps_in1, self.irreps_in2, self.irreps_out,
+                                      list(self.instructions))
+
+    def scaled(self, mul_scale: float) -> TPProblem:
+        """The same product with the multiplicities of the first input and of the output
+        scaled by ``mul_scale`` (rounded, at least 1), for fast tests: the instructions
+        index the same blocks, so the paths and their Clebsch-Gordan blocks are unchanged."""
+        def scale(irreps: str) -> str:
+            return str(o3.Irreps([(max(1, round(mul * mul_scale)), ir)
+                                  for mul, ir in o3.Irreps(irreps)]))
+
+        return TPProblem(f"{self.name}/x{mul_scale:g}", scale(self.irreps_in1),
+                         self.irreps_in2, scale(self.irreps_out), self.instructions,
+                         self.mode, self.note)
 
 
 def channelwise(name: str, in1: str, in2: str, out_filter: str, note: str = "") -> TPProblem:

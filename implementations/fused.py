@@ -59,18 +59,12 @@ class Fused(Implementation):
             return "the CPU backend compiles generated C++ and no C++ compiler is on PATH"
         return None
 
-    def _descriptor(self, problem: TPProblem):
-        from equibench.kernels import TPDescriptor
-
-        return TPDescriptor.from_e3nn(problem.irreps_in1, problem.irreps_in2,
-                                      problem.irreps_out, list(problem.instructions))
-
     def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
                  variant: str = DEFAULT_VARIANT) -> TPFunction:
         from equibench.kernels import FusedTensorProduct, KernelUnavailable
 
         try:
-            return FusedTensorProduct(self._descriptor(problem), _backend(device))
+            return FusedTensorProduct(problem.descriptor, _backend(device))
         except KernelUnavailable as err:
             raise Unsupported(str(err)) from err
 
@@ -79,7 +73,7 @@ class Fused(Implementation):
         from equibench.kernels import FusedConvolution, KernelUnavailable
 
         try:
-            return FusedConvolution(self._descriptor(problem), _backend(device),
+            return FusedConvolution(problem.descriptor, _backend(device),
                                     reuse_plan=variant == REUSE_PLAN)
         except KernelUnavailable as err:
             raise Unsupported(str(err)) from err

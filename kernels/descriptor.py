@@ -10,8 +10,11 @@ shared_weights=False, internal_weights=False)`` with e3nn's default normalizatio
 * one :class:`TPPath` per instruction, with e3nn's own normalization constant and the
   nonzero entries of ``e3nn.o3.wigner_3j(l1, l2, l3)``,
 * the per-sample weight layout (instruction order; ``uvu``: ``(mul1, mul2)`` row-major,
-  ``uvw``: ``(mul1, mul2, mul_out)`` row-major),
-* FLOP and minimal-byte counts following the OpenEquivariance conventions.
+  ``uvw``: ``(mul1, mul2, mul_out)`` row-major).
+
+It is derived from the product's one description, ``equibench.workloads.TPProblem``
+(``TPProblem.descriptor``), or from an e3nn module (a MACE interaction's). FLOPs and bytes
+are counted once, by ``equibench.cost``.
 """
 
 from __future__ import annotations
@@ -266,57 +269,3 @@ class TPDescriptor:
             f"TPDescriptor({self.irreps_in1} x {self.irreps_in2} -> {self.irreps_out}, "
             f"{len(self.paths)} paths, {self.weight_numel} weights)"
         )
-
-    # ---------------------------------------------------------------- cost model
-    def _path_flops(self, p: TPPath) -> tuple[int, int]:
-        """(CG-contraction FLOPs, weight-contraction FLOPs) of one path for one sample."""
-        mul1, mul2 = self.in1[p.i_in1].mul, self.in2[p.i_in2].mul
-        cg = 3 * p.nnz * mul1 * mul2
-        # uvw also mixes channels: one multiply-add per (u, v, w, k).
-        mix = 2 * (2 * self.out[p.i_out].l + 1) * p.weight_numel if p.mode == "uvw" else 0
-        return cg, mix
-
-    def flops(self, direction: Direction, batch: int) -> int:
-        """Nominal FLOPs of one call on ``batch`` samples (OpenEquivariance convention).
-
-        forward: ``3 * nnz(CG) * mul`` per path, ``mul = mul1 * mul2`` (the number of
-        channel pairs the CG block is applied to); backward: three such contractions
-        (grad x1, x2, weights), ``9 * nnz * mul``; double backward: the gradient of the
-        backward w.r.t. (grad_out, x1, x2, weights) is three forward-type contractions
-        (for grad_out) plus two transpose-type contractions for each of x1, x2 and the
-        weights, i.e. ``27 * nnz * mul`` (= 3 x backward). ``uvw`` paths add
-        ``2 * (2l3+1) * mul1 * mul2 * mul_out`` per contraction for the channel mixing.
-        """
-        factor = {"forward": 1, "backward": 3, "double_backward": 9}[direction]
-        total = 0
-        for p in self.paths:
-            cg, mix = self._path_flops(p)
-            total += factor * (cg + mix)
-        return total * batch
-
-    def min_bytes(self, direction: Direction, batch: int, itemsize: int) -> int:
-        """Ideal memory traffic (every operand read once, every result written once).
-
-        forward: x1, x2, w in + out; backward: x1, x2, w, grad_out in + grad x1, x2, w out;
-        double backward: grad_out, x1, x2, w and their three cotangents in + four results.
-        """
-        a, b, w, o = self.in1_dim, self.in2_dim, self.weight_numel, self.out_dim
-        per_row = {
-            "forward": a + b + w + o,
-            "backward": 2 * (a + b + w) + o,
-            "double_backward": 3 * (a + b + w) + 2 * o,
-        }[direction]
-        return per_row * batch * itemsize
-
-    def conv_min_bytes(
-        self, direction: Direction, num_nodes: int, num_edges: int, itemsize: int
-    ) -> int:
-        """Ideal traffic of the fused convolution: node tensors once, edge tensors once,
-        plus the int64 source and destination index of every edge."""
-        a, b, w, o = self.in1_dim, self.in2_dim, self.weight_numel, self.out_dim
-        node, edge = {
-            "forward": (a + o, b + w),
-            "backward": (2 * a + o, 2 * (b + w)),
-            "double_backward": (3 * a + 2 * o, 3 * (b + w)),
-        }[direction]
-        return (node * num_nodes + edge * num_edges) * itemsize + 16 * num_edges

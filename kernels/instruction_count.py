@@ -114,16 +114,12 @@ def toolchain() -> Toolchain:
     return Toolchain(compiler, version, " ".join(platform.libc_ver()))
 
 
-@functools.cache
 def workload_descriptor(workload: str) -> TPDescriptor:
-    """The descriptor the ``fused`` implementation builds for a tensor-product workload of
-    :func:`equibench.workloads.get_tp_workload`."""
+    """The descriptor the ``fused`` implementation runs for a tensor-product workload of
+    :data:`equibench.workloads.TP_WORKLOADS`."""
     from equibench.workloads import get_tp_workload
 
-    problem = get_tp_workload(workload)
-    return TPDescriptor.from_e3nn(
-        problem.irreps_in1, problem.irreps_in2, problem.irreps_out, list(problem.instructions)
-    )
+    return get_tp_workload(workload).descriptor
 
 
 def products_per_call(kernel: Kernel, batch: int) -> int:

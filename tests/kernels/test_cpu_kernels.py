@@ -1,4 +1,4 @@
-"""CPU backend against e3nn float64: every REFERENCE §2 workload (reduced multiplicities),
+"""CPU backend against e3nn float64: every tensor-product workload (reduced multiplicities),
 a mixed configuration, forward / backward / double backward, TP and fused convolution."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import torch
 from equibench.kernels.cpu_build import cpu_kernels
 from equibench.kernels.descriptor import TPDescriptor
 from equibench.kernels.graph import ConvPlan
-from equibench.kernels.workloads import workload_descriptor
 from kernel_testing import (
     assert_close,
     conv_reference,
@@ -19,7 +18,9 @@ from kernel_testing import (
     tp_reference_grads,
 )
 
-# (workload, multiplicity scale): every row of REFERENCE §2 once, roofline by its
+from equibench.workloads import get_tp_workload
+
+# (workload, multiplicity scale): every tensor-product workload once, roofline by its
 # largest triple; channel counts stay odd/even/non-multiples of the vector width.
 WORKLOADS = [
     ("mace-large", 1 / 16),
@@ -37,7 +38,7 @@ WORKLOADS = [
 def _descriptor(name: str) -> TPDescriptor:
     if name == "mixed":
         return mixed_descriptor()
-    return workload_descriptor(name, dict(WORKLOADS)[name])
+    return get_tp_workload(name).scaled(dict(WORKLOADS)[name]).descriptor
 
 
 CASES = [name for name, _ in WORKLOADS] + ["mixed"]
@@ -103,14 +104,14 @@ def test_double_backward_with_missing_cotangents() -> None:
 
 def test_full_size_mace_large_forward() -> None:
     """The production size (128 channels, AVX-512 width multiples) once."""
-    desc = workload_descriptor("mace-large")
+    desc = get_tp_workload("mace-large").descriptor
     x, y, w, _ = random_inputs(desc, rows=3)
     assert_close(cpu_kernels(desc).tp_forward(x, y, w), reference(desc)(x, y, w), torch.float64,
                  "forward")  # fmt: skip
 
 
 def test_conv_is_deterministic_across_threads() -> None:
-    desc = workload_descriptor("mace-large", 1 / 16)
+    desc = get_tp_workload("mace-large").scaled(1 / 16).descriptor
     k = cpu_kernels(desc)
     src, dst = random_graph(50, 400, seed=5)
     plan = ConvPlan.build(src, dst, 50, 50)

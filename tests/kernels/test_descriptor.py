@@ -1,4 +1,4 @@
-"""TPDescriptor: fields match e3nn, the hash is stable, the cost model follows REFERENCE §2."""
+"""TPDescriptor: fields match e3nn, the hash is stable, every workload builds."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import torch
 from e3nn import o3
 from equibench.kernels import TPDescriptor
 from equibench.kernels.descriptor import GENERATOR_VERSION
-from equibench.kernels.workloads import WORKLOADS, roofline_triples, workload_descriptor
 from kernel_testing import MIXED, mixed_descriptor
+
+from equibench.workloads import TP_WORKLOADS
 
 
 def test_from_e3nn_matches_tensor_product() -> None:
@@ -53,33 +54,10 @@ def test_hash_is_stable_and_sensitive() -> None:
     assert other.hash != a.hash
 
 
-def test_flops_and_bytes_follow_reference_conventions() -> None:
-    desc = workload_descriptor("mace-large")
-    assert len(desc.paths) == 17 and desc.weight_numel == 17 * 128
-    nnz = sum(p.nnz for p in desc.paths)
-    assert desc.flops("forward", 10) == 3 * nnz * 128 * 10
-    assert desc.flops("backward", 10) == 9 * nnz * 128 * 10
-    assert desc.flops("double_backward", 10) == 27 * nnz * 128 * 10
-    row = desc.in1_dim + desc.in2_dim + desc.weight_numel + desc.out_dim
-    assert desc.min_bytes("forward", 10, 4) == row * 10 * 4
-    assert (
-        desc.conv_min_bytes("forward", 5, 20, 4)
-        == ((desc.in1_dim + desc.out_dim) * 5 + (desc.in2_dim + desc.weight_numel) * 20) * 4
-        + 16 * 20
-    )
-
-
-def test_uvw_flops_count_channel_mixing() -> None:
-    desc = workload_descriptor("diffdock-l1")
-    cg = sum(3 * p.nnz * desc.in1[p.i_in1].mul * desc.in2[p.i_in2].mul for p in desc.paths)
-    mix = sum(2 * (2 * desc.out[p.i_out].l + 1) * p.weight_numel for p in desc.paths)
-    assert desc.flops("forward", 1) == cg + mix
-
-
 def test_every_workload_builds() -> None:
-    for name in WORKLOADS:
-        desc = workload_descriptor(name, mul_scale=1 / 16)
+    for name, problem in TP_WORKLOADS.items():
+        desc = problem.scaled(1 / 16).descriptor
         assert desc.paths, name
-    assert len(roofline_triples()) == 34
-    for l1, l2, l3 in roofline_triples():
-        assert len(workload_descriptor(f"roofline-{l1}{l2}{l3}").paths) == 1
+    roofline = [n for n in TP_WORKLOADS if n.startswith("roofline-")]
+    assert len(roofline) == 34
+    assert all(len(TP_WORKLOADS[n].descriptor.paths) == 1 for n in roofline)

@@ -7,7 +7,6 @@ import pytest
 import torch
 from e3nn import o3
 from equibench.kernels import FusedConvolution, FusedTensorProduct, KernelUnavailable
-from equibench.kernels.workloads import workload_descriptor
 from kernel_testing import (
     assert_close,
     conv_reference,
@@ -16,6 +15,8 @@ from kernel_testing import (
     random_inputs,
     reference,
 )
+
+from equibench.workloads import get_tp_workload
 
 GRAPH = random_graph(6, 14, seed=7)
 
@@ -52,7 +53,7 @@ def test_module_batch_shape() -> None:
 def test_force_style_double_backward_matches_e3nn() -> None:
     """energy = sum(conv(x, Y(r), R(|r|))); forces = -dE/dr with create_graph=True; a loss
     on the forces backpropagates into x and the radial weights (MACE training)."""
-    desc = workload_descriptor("mace-large", 1 / 16)
+    desc = get_tp_workload("mace-large").scaled(1 / 16).descriptor
     conv = FusedConvolution(desc)
     src, dst = random_graph(8, 24, seed=3)
     gen = torch.Generator().manual_seed(0)

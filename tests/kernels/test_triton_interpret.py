@@ -9,7 +9,6 @@ import pytest
 import torch
 from equibench.kernels import FusedConvolution, FusedTensorProduct
 from equibench.kernels.graph import ConvPlan
-from equibench.kernels.workloads import workload_descriptor
 from kernel_testing import (
     assert_close,
     conv_reference,
@@ -18,6 +17,8 @@ from kernel_testing import (
     random_inputs,
     tp_reference_grads,
 )
+
+from equibench.workloads import get_tp_workload
 
 pytest.importorskip("triton")
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -31,7 +32,8 @@ DEVICE = "cpu" if INTERPRET else "cuda"
 
 @pytest.mark.parametrize("name", ["mixed", "nequip-water"])
 def test_tp(name: str, dtype: torch.dtype) -> None:
-    desc = mixed_descriptor() if name == "mixed" else workload_descriptor(name, 1 / 16)
+    desc = (mixed_descriptor() if name == "mixed"
+            else get_tp_workload(name).scaled(1 / 16).descriptor)
     k = triton_kernels(desc)
     x, y, w, g = random_inputs(desc, rows=3)
     ggx, ggy, ggw, _ = random_inputs(desc, rows=3, seed=1)
