@@ -219,8 +219,9 @@ def _history(history: pd.DataFrame | str | Path | None, out: Path) -> pd.DataFra
     if isinstance(history, pd.DataFrame):
         return history
     if history is None:
-        # results/<run>/dashboard -> results/history.parquet, where `history add` writes
-        history = out.parent.parent / history_mod.DEFAULT_PATH.name
+        # results/<run>/dashboard -> results: every run's history.parquet and the one that
+        # `equibench history add` appends to by hand
+        return history_mod.read_all(out.parent.parent)
     return history_mod.read(history)
 
 

@@ -30,7 +30,9 @@ def _ints(text: str) -> list[int]:
 
 
 def _cpu_allocator(args: argparse.Namespace, cfg: dict | None = None) -> str:
-    return getattr(args, "cpu_allocator", None) or (cfg or {}).get("cpu_allocator", "tcmalloc")
+    from equibench.schema import defaults
+
+    return getattr(args, "cpu_allocator", None) or {**defaults(), **(cfg or {})}["cpu_allocator"]
 
 
 def _start_fork_server(args: argparse.Namespace, cfg: dict | None = None) -> None:
@@ -44,22 +46,24 @@ def _start_fork_server(args: argparse.Namespace, cfg: dict | None = None) -> Non
 def _settings(args: argparse.Namespace, cfg: dict | None = None):
     from equibench.measure import MeasureConfig
     from equibench.runner import RunSettings
+    from equibench.schema import defaults
 
-    cfg = cfg or {}
+    # A resolved configuration has every default already; `equibench run` has none.
+    given = {**defaults(), **(cfg or {})}
     overrides = {key: value for key, value in (("budget_s", getattr(args, "budget", None)),
                                                ("rounds", getattr(args, "rounds", None)))
                  if value is not None}
-    measure = MeasureConfig(**{**cfg.get("measure", {}), **overrides})
+    measure = MeasureConfig(**{**given["measure"], **overrides})
     return RunSettings(
-        run_id=getattr(args, "run_id", None) or cfg.get("name", "adhoc"),
+        run_id=getattr(args, "run_id", None) or given.get("name", "adhoc"),
         threads=args.threads if getattr(args, "threads", None) is not None
-        else cfg.get("threads", 0),
-        seed=cfg.get("seed", 0),
-        timeout_s=cfg.get("timeout_s", 900.0),
+        else given["threads"],
+        seed=given["seed"],
+        timeout_s=given["timeout_s"],
         config_hash=config_mod.config_hash(cfg) if cfg else "",
         measure=measure,
         cpu_allocator=_cpu_allocator(args, cfg),
-        plugins=tuple(cfg.get("plugins", [])) + tuple(getattr(args, "plugin", None) or []),
+        plugins=tuple(given["plugins"]) + tuple(getattr(args, "plugin", None) or []),
     )
 
 

@@ -8,19 +8,14 @@ import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from equibench.cases import Case, expand
 from equibench.devices import resolve_devices
+from equibench.schema import ConfigError, validated
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "workflows" / "config"
-SCHEMA_PATH = CONFIG_DIR / "schema.yaml"
-
-
-class ConfigError(ValueError):
-    """A configuration that does not follow workflows/config/schema.yaml."""
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:
@@ -46,13 +41,10 @@ def _preset_path(preset: str) -> Path:
     raise ConfigError(f"preset {preset!r} is neither one of {choices} nor an existing file")
 
 
-def validate(config: Mapping) -> None:
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(dict(config)))
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "<top level>"
-        raise ConfigError(f"invalid configuration at {where}: {error.message}")
+def validate(config: Mapping) -> dict:
+    """``config`` with its defaults filled in; :class:`ConfigError` if it does not follow
+    workflows/config/schema.yaml."""
+    return validated(config)
 
 
 # Suffix of the model variants that run their graph operations with DGL, whose wheels need
@@ -81,7 +73,7 @@ def resolve(config: Mapping) -> dict:
     preset = config.get("preset", "quick")
     merged = deep_merge(yaml.safe_load(_preset_path(preset).read_text()) or {}, config)
     merged["preset"] = preset
-    validate(merged)
+    merged = validate(merged)
     _check_environments(merged)
     return merged
 
@@ -109,7 +101,7 @@ def jobs(config: Mapping) -> Iterator[tuple[str, str, str]]:
     per-implementation`` one implementation's; every case still runs in a process of its
     own. A job per case would pay the interpreter start-up hundreds of times.
     """
-    per_suite = config.get("jobs", "per-suite") == "per-suite"
+    per_suite = config["jobs"] == "per-suite"
     for device in resolve_devices(config["device"]):
         for suite in config["suites"]:
             implementations = ([ALL_IMPLEMENTATIONS] if per_suite

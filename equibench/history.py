@@ -1,8 +1,11 @@
-"""The history of tracked ratios across commits (``results/history.parquet``).
+"""The history of tracked ratios across commits.
 
 Each run adds, per case, its speedup over the reference implementation measured in the
-same run. Ratios, not raw times, so that runs on different machines stay comparable;
-``machine`` is kept so that a plot can still separate them.
+same run. The workflow writes a run's entries to ``results/<run>/history.parquet`` (a
+declared output); ``equibench history add`` appends to ``results/history.parquet`` by hand;
+:func:`read_all` joins both kinds under a results directory. Ratios, not raw times, so that
+runs on different machines stay comparable; ``machine`` is kept so that a plot can still
+separate them.
 """
 
 from __future__ import annotations
@@ -61,3 +64,16 @@ def add(frame: pd.DataFrame, path: str | Path = DEFAULT_PATH,
     merged = merged.reset_index(drop=True)
     write_parquet_atomic(merged, path)
     return merged, len(new)
+
+
+def read_all(root: str | Path = DEFAULT_PATH.parent) -> pd.DataFrame:
+    """Every history under ``root``: ``root/history.parquet`` and each run's
+    ``root/<run>/history.parquet``, a run added twice counted once."""
+    root = Path(root)
+    parts = [read(p) for p in [root / DEFAULT_PATH.name, *sorted(root.glob("*/history.parquet"))]
+             if p.exists()]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame(columns=list(COLUMNS))
+    merged = pd.concat(parts, ignore_index=True).drop_duplicates(list(IDENTITY), keep="last")
+    return merged.sort_values(["timestamp", *KEY_COLUMNS], kind="stable").reset_index(drop=True)

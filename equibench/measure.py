@@ -29,6 +29,9 @@ import numpy as np
 import torch
 
 from equibench.allocator import release_free_memory
+from equibench.schema import defaults
+
+_DEFAULTS = defaults()["measure"]  # workflows/config/schema.yaml holds every default
 
 
 @dataclass(frozen=True)
@@ -40,11 +43,11 @@ class MeasureConfig:
     first (gated) call.
     """
 
-    min_repeats: int = 7
-    max_repeats: int = 200
-    budget_s: float = 10.0
-    warmup: int = 2
-    rounds: int = 7
+    min_repeats: int = _DEFAULTS["min_repeats"]
+    max_repeats: int = _DEFAULTS["max_repeats"]
+    budget_s: float = _DEFAULTS["budget_s"]
+    warmup: int = _DEFAULTS["warmup"]
+    rounds: int = _DEFAULTS["rounds"]
 
     def __post_init__(self) -> None:
         if self.rounds < 1:

@@ -51,14 +51,19 @@ from equibench.measure import (
     time_round,
 )
 from equibench.precision import Precision, get_precision, precision_mode
+from equibench.schema import defaults
+
+_DEFAULTS = defaults()
 
 
 @dataclass(frozen=True)
 class RunSettings:
+    """How a run's cases run; the defaults are the schema's (``equibench.schema``)."""
+
     run_id: str = "adhoc"
-    threads: int = 0  # 0: all cores
-    seed: int = 0
-    timeout_s: float = 900.0
+    threads: int = _DEFAULTS["threads"]  # 0: all cores
+    seed: int = _DEFAULTS["seed"]
+    timeout_s: float = _DEFAULTS["timeout_s"]
     config_hash: str = ""
     # Modules imported in each case process before it runs: implementations kept outside
     # this tree register themselves this way.
@@ -66,7 +71,7 @@ class RunSettings:
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     # CPU allocator of the case processes (allocator.CHOICES): tcmalloc reuses freed memory
     # instead of page-faulting large tensors afresh on every call, as glibc does.
-    cpu_allocator: str = "tcmalloc"
+    cpu_allocator: str = _DEFAULTS["cpu_allocator"]
     # Directory where case processes share float64 references by ``Bench.reference_key``
     # ("" = none); run_cases makes one per call, removed when it returns.
     reference_dir: str = ""

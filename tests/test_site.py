@@ -338,3 +338,18 @@ def test_a_fallback_is_named_next_to_its_numbers(tmp_path):
     text = index.read_text()
     assert "<h2>Code paths</h2>" in text and "naive: pure PyTorch" in text
     assert "Every matched pair of each claim" in text
+
+
+def test_history_joins_every_runs_own_file_and_the_hand_kept_one(tmp_path):
+    """The workflow writes each run's history as its own declared output; the History page
+    reads them all, with results/history.parquet, a run added twice counted once."""
+    root = tmp_path / "results"
+    first = synthetic_results(run_id="first")
+    second = synthetic_results(seed=1, run_id="second")
+    _, by_hand = history.add(first, root / "history.parquet")
+    _, own = history.add(second, root / "second" / "history.parquet")
+    history.add(second, root / "again" / "history.parquet")
+    joined = history.read_all(root)
+    assert len(joined) == by_hand + own > 0
+    assert set(joined["run_id"]) == {"first", "second"}
+    assert history.read_all(tmp_path / "nothing").empty

@@ -30,7 +30,7 @@ rule probe_machine:
     threads: workflow.cores
     params:
         device=CFG["device"] if isinstance(CFG["device"], str) else ",".join(CFG["device"]),
-        threads=CFG.get("threads", 0),
+        threads=CFG["threads"],
     conda:
         "envs/equibench.yaml"
     shell:

@@ -8,8 +8,9 @@ rule dgl_env:
     output:
         DGL_STATUS,
     log:
-        "results/envs/dgl.log",
+        build="results/envs/dgl.log",
+        summary="results/envs/dgl.summary.log",
     conda:
         "envs/equibench.yaml"
     shell:
-        "equibench dgl-env --status {output} --log {log} > {log}.summary 2>&1"
+        "equibench dgl-env --status {output} --log {log.build} > {log.summary} 2>&1"

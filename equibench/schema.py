@@ -1,0 +1,69 @@
+"""The workflow configuration's schema (``workflows/config/schema.yaml``): validation, and
+the one place where every setting's default lives (its ``default`` keywords).
+
+Presets, ``equibench run`` (no configuration file) and the dataclasses that carry settings
+(``measure.MeasureConfig``, ``runner.RunSettings``) all take their defaults from here.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflows" / "config" / "schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration that does not follow workflows/config/schema.yaml."""
+
+
+@functools.cache
+def _schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def _with_defaults(validator_class):  # noqa: ANN001, ANN202 - jsonschema's extension API
+    """A validator that also fills in every missing property that has a ``default``, parents
+    before children (jsonschema's documented extension; Snakemake's ``set_default``)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):  # noqa: ANN001, ANN202
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, copy.deepcopy(subschema["default"]))
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def validated(config: Mapping) -> dict:
+    """A copy of ``config`` with every default filled in; :class:`ConfigError` naming the
+    first problem (its path and jsonschema's message) if it does not follow the schema."""
+    strict = jsonschema.Draft202012Validator(_schema())
+    error = jsonschema.exceptions.best_match(strict.iter_errors(dict(config)))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "<top level>"
+        raise ConfigError(f"invalid configuration at {where}: {error.message}")
+    filled = copy.deepcopy(dict(config))
+    _with_defaults(jsonschema.Draft202012Validator)(_schema()).validate(filled)
+    return filled
+
+
+def defaults() -> dict:
+    """Every top-level setting's default, nested mappings filled in (e.g. ``measure``)."""
+    return copy.deepcopy(_defaults())
+
+
+@functools.cache
+def _defaults() -> dict:
+    out: dict = {}
+    filler = _with_defaults(jsonschema.Draft202012Validator)({**_schema(), "required": []})
+    for _ in filler.iter_errors(out):  # filling is a side effect of validating
+        pass
+    return out
