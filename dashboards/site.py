@@ -125,7 +125,8 @@ def _code_paths(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _index(frame: pd.DataFrame, headline_rows: pd.DataFrame, claim_rows: pd.DataFrame,
-           claim_details: pd.DataFrame, claim_pairs: pd.DataFrame) -> list[Block]:
+           claim_details: pd.DataFrame, claim_pairs: pd.DataFrame,
+           claim_versions: pd.DataFrame) -> list[Block]:
     verdict_classes = ["verdict-" + v.replace(" ", "-") for v in claim_rows.get("verdict", [])]
     env = frame[[c for c in ENV_COLUMNS if c in frame.columns]].drop_duplicates()
     claims_link = '<p><a href="claims.csv">claims (CSV)</a></p>' if not claim_rows.empty else ""
@@ -144,6 +145,10 @@ median of per-round ratios where they were timed in interleaved rounds.</p>
 <h2>Claims</h2>
 <p class="note">{VERDICT_RULE}</p>
 {table(claim_rows, verdict_classes)}{claims_link}
+<h3>Claims revised between versions</h3>
+<p class="note">A claim the authors revised is checked in every published version; this says
+how it moved and which version the measurements reproduce.</p>
+{table(claim_versions)}
 <details><summary>Every matched pair of each claim</summary>
 {table(claim_pairs)}</details>
 <details><summary>What each claim says and how it is measured</summary>
@@ -246,11 +251,12 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
     evaluated = claims_mod.evaluate(claim_list, frame)
     claim_rows = claims_mod.table(evaluated)
     claim_pairs = claims_mod.pairs_table(evaluated)
+    claim_versions = claims_mod.versions_table(evaluated)
     headline_rows = headline.headline(frame)
     probe = Path(machine_json) if machine_json else out.parent / "machine.json"
     pages: dict[str, list[Block]] = {
         "index.html": _index(frame, headline_rows, claim_rows, claims_mod.details(claim_list),
-                             claim_pairs),
+                             claim_pairs, claim_versions),
         "tp.html": [_intro("Bare tensor products on batches of independent inputs."),
                     *_level_charts(frame, "tp")],
         "conv.html": [_intro("Tensor products fused with the gather of source-node features "

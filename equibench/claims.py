@@ -71,6 +71,10 @@ class Claim:
     statement: str
     claimed: float
     hardware: str
+    # Which published version says this (a claim revised between versions is one entry per
+    # version, same id) and when it was published ('' where not known).
+    version: str = ""
+    date: str = ""
     conditions: str = ""
     quantity: str = "throughput"
     numerator: Mapping[str, object] = field(default_factory=dict)
@@ -164,10 +168,11 @@ def load(path: str | Path | None = None) -> list[Claim]:
             raise ValueError(f"{where}: claim {entry.get('id', '?')}: unknown key(s) "
                              f"{sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
         claims.append(Claim(**entry))
-    ids = [c.id for c in claims]
-    duplicated = sorted({i for i in ids if ids.count(i) > 1})
+    keys = [(c.id, c.version) for c in claims]
+    duplicated = sorted({f"{i} {v}".strip() for i, v in keys if keys.count((i, v)) > 1})
     if duplicated:
-        raise ValueError(f"{where}: duplicate claim id(s) {duplicated}")
+        raise ValueError(f"{where}: duplicate claim id(s) {duplicated}: a revised claim "
+                         "needs a distinct `version` per entry")
     return claims
 
 
@@ -421,6 +426,7 @@ def table(results: Sequence[ClaimResult]) -> pd.DataFrame:
                   if r.pairs else "")
         rows.append({
             "claim": c.id,
+            "version": c.version,
             "claimed": f"{c.claimed:g}{suffix}",
             "measured": f"{_num(r.measured)}{suffix}" if not math.isnan(r.measured) else "",
             "wording": WORDING[c.aggregate] if c.measurable else "",
@@ -441,12 +447,43 @@ def table(results: Sequence[ClaimResult]) -> pd.DataFrame:
 
 def pairs_table(results: Sequence[ClaimResult]) -> pd.DataFrame:
     """Every matched pair of every measured claim: its cases, runs, ratio and interval."""
-    columns = ["claim", "measured on", "numerator", "denominator", "runs", "ratio", "95% CI"]
+    columns = ["claim", "version", "measured on", "numerator", "denominator", "runs", "ratio",
+               "95% CI"]
     return pd.DataFrame([{
-        "claim": r.claim.id, "measured on": r.machine, "numerator": pair.numerator,
+        "claim": r.claim.id, "version": r.claim.version, "measured on": r.machine,
+        "numerator": pair.numerator,
         "denominator": pair.denominator, "runs": pair.runs, "ratio": _num(pair.ratio),
         "95% CI": f"{_num(pair.ci_low)}-{_num(pair.ci_high)}",
     } for r in results for pair in r.pair_list], columns=columns)
+
+
+def versions_table(results: Sequence[ClaimResult]) -> pd.DataFrame:
+    """How each claim published in several versions moved, and which version our
+    measurement reproduces: one row per claim id with more than one version."""
+    by_id: dict[str, list[ClaimResult]] = {}
+    for r in results:
+        by_id.setdefault(r.claim.id, []).append(r)
+    rows = []
+    for claim_id, found in by_id.items():
+        versions = list(dict.fromkeys(r.claim.version for r in found))
+        if len(versions) < 2:
+            continue
+        first = {v: next(r for r in found if r.claim.version == v) for v in versions}
+        claimed = "; ".join(
+            f"{v}{f' ({first[v].claim.date})' if first[v].claim.date else ''}: "
+            f"{first[v].claim.claimed:g}{'x' if first[v].claim.unit == 'x' else ''}"
+            for v in versions)
+        verdicts = "; ".join(
+            f"{v}: " + ", ".join(sorted({r.verdict + (f' on {r.machine}' if r.machine else '')
+                                         for r in found if r.claim.version == v}))
+            for v in versions)
+        reproduced = [v for v in versions
+                      if any(r.verdict == REPRODUCED for r in found if r.claim.version == v)]
+        rows.append({"claim": claim_id, "claimed, by version": claimed,
+                     "verdict, by version": verdicts,
+                     "we reproduce": ", ".join(reproduced) if reproduced else "none"})
+    return pd.DataFrame(rows, columns=["claim", "claimed, by version", "verdict, by version",
+                                       "we reproduce"])
 
 
 def details(claims: Iterable[Claim]) -> pd.DataFrame:
@@ -455,7 +492,8 @@ def details(claims: Iterable[Claim]) -> pd.DataFrame:
         return ", ".join(f"{k}={v}" for k, v in (side or {}).items())
 
     return pd.DataFrame([{
-        "claim": c.id, "source": c.source, "statement": c.statement,
+        "claim": c.id, "version": c.version, "date": c.date, "source": c.source,
+        "statement": c.statement,
         "conditions": c.conditions, "quantity": c.quantity,
         "numerator": selector(c.numerator) if c.measurable else "",
         "denominator": (selector(c.denominator) if c.denominator else
