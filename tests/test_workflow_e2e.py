@@ -22,7 +22,7 @@ TINY = {
     "measure": {"min_repeats": 2, "max_repeats": 4, "budget_s": 0.1, "warmup": 0},
     "suites": [{
         "name": "tp", "level": "tp", "workloads": ["nequip-water"],
-        "implementations": ["e3nn", "openequivariance-missing"],
+        "implementations": ["e3nn", "openequivariance"],
         "directions": ["forward", "backward"], "precisions": ["float32", "float64"],
         "batches": [8, 32],
     }],
@@ -55,19 +55,32 @@ def test_table_has_every_case(tiny_run):
     assert (e3nn["status"] == "ok").all()
     assert (e3nn["max_abs_err"] >= 0).all() and (e3nn["peak_mem_bytes"] >= 0).all()
     assert set(e3nn["batch"]) == {8, 32}
-    # An unknown implementation is recorded, not silently dropped.
-    missing = frame[frame["implementation"] == "openequivariance-missing"]
-    assert len(missing) == 8 and (missing["status"] == "error").all()
-    assert missing["reason"].str.contains("unknown implementation").all()
+    # An implementation that cannot run here (GPU-only) is recorded, not silently dropped.
+    gpu_only = frame[frame["implementation"] == "openequivariance"]
+    assert len(gpu_only) == 8 and (gpu_only["status"] == "unavailable").all()
+    assert gpu_only["reason"].str.contains("GPU").all()
 
 
 def test_dashboard_is_self_contained(tiny_run):
     index = tiny_run / "results/tiny/dashboard/index.html"
     text = index.read_text()
     assert "Plotly.newPlot" in text or "Plotly.react" in text
-    # no script loaded from the network: plotly.js is embedded
+    # no script loaded from the network: plotly.js is a file of the site
     assert not re.search(r"<script[^>]+src=[\"']https?://", text)
     assert "nequip-water" in text
+
+
+def test_a_misspelt_name_stops_the_job_before_any_case(tmp_path):
+    config = {**TINY, "suites": [{**TINY["suites"][0],
+                                  "implementations": ["e3nn", "openequivariance-missing"]}]}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(config))
+    proc = _snakemake(tmp_path)
+    assert proc.returncode != 0
+    log = (tmp_path / "results/tiny/logs/tp/all/cpu.log").read_text()
+    assert "unknown tp implementation 'openequivariance-missing'" in log
+    assert "did you mean 'openequivariance'" in log
+    assert not (tmp_path / "results/tiny/cases").exists() or not any(
+        (tmp_path / "results/tiny/cases").rglob("*.parquet"))
 
 
 def test_rerun_is_a_no_op(tiny_run):
