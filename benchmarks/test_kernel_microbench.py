@@ -3,7 +3,8 @@
     pytest benchmarks/ --benchmark-only --benchmark-json=bench.json --benchmark-save-data
     equibench import bench.json --out results/microbench.parquet
 
-Each benchmark passes the same correctness gate as ``equibench run`` before it is timed,
+Each benchmark passes the same correctness gate as ``equibench run`` before it is timed, and
+every implementation gets the same warm-up and the same number of timed calls,
 and records its case fields in ``extra_info`` so that the import gives ordinary result rows
 (compare, claims and the dashboard then work on them). ``fused`` joins when
 ``equibench.implementations`` registers it and it is available on the device.
@@ -24,6 +25,10 @@ WORKLOADS = ("nequip-water", "nequip-toluene", "mace-medium")
 IMPLEMENTATIONS = ("e3nn", "cuequivariance", "fused")
 DIRECTIONS = ("forward", "backward")
 PRECISION = "float32"
+# The same warm-up and number of timed calls for every implementation (pytest-benchmark's
+# own calibration would give each a different count).
+WARMUP_CALLS = 3
+TIMED_CALLS = 30
 
 
 def _implementation(name: str, device: str) -> registry.Implementation:
@@ -49,7 +54,7 @@ def test_tensor_product(benchmark, device: str, batch: int, workload: str, imple
     precision = get_precision(PRECISION)
     with precision_mode(precision):
         bench = build_bench(case, impl, precision.dtype, seed=0)
-        gate = compare(bench.call(), bench.reference(), precision.tolerance)
+        gate = compare(bench.gated(bench.call()), bench.reference(), precision.tolerance)
         assert gate.passed, gate.message
         benchmark.group = f"{workload} {direction} b={batch}"
         benchmark.extra_info.update(
@@ -64,4 +69,4 @@ def test_tensor_product(benchmark, device: str, batch: int, workload: str, imple
                 torch.cuda.synchronize(device)
         else:
             call = bench.call
-        benchmark(call)
+        benchmark.pedantic(call, rounds=TIMED_CALLS, iterations=1, warmup_rounds=WARMUP_CALLS)
