@@ -84,8 +84,19 @@ def _is_oom(err: BaseException) -> bool:
     return "out of memory" in text.lower() or "can't allocate memory" in text.lower()
 
 
-def _build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
-    return registry.plugin(case).build(case, dtype, seed)
+def _build(case: Case, precision: Precision, seed: int) -> Bench:
+    """The case's Bench; under automatic mixed precision its call runs in the autocast
+    region (built outside it: constants such as Clebsch-Gordan tables stay exact)."""
+    bench = registry.plugin(case).build(case, precision.dtype, seed)
+    if precision.autocast is None:
+        return bench
+    plain = bench.call
+
+    def call() -> dict:
+        with precision.autocast_context(case.device):
+            return plain()
+
+    return replace(bench, call=call)
 
 
 def _implementation_unavailable(case: Case) -> str | None:
@@ -134,7 +145,7 @@ def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | 
         return {**row, "status": "unavailable", "reason": reason}, False, None
     try:
         with precision_mode(precision):
-            bench = _build(case, precision.dtype, settings.seed)
+            bench = _build(case, precision, settings.seed)
             row.update(throughput_unit=bench.unit, flops=bench.flops, bytes=bench.bytes,
                        tolerance=precision.tolerance, extra=bench.extra)
             # The gate: the first call of the implementation is compared with the float64

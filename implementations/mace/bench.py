@@ -181,7 +181,14 @@ class Mace(ModelFamily):
 
     prefix = "mace"
     backends = BACKENDS
-    precisions = frozenset({"float64", "float32"})
+    precisions = frozenset({"float64", "float32", "amp-bfloat16", "amp-float16"})
+    # Seen here with every backend, CPU autocast: e3nn's o3.Linear (mace-torch's linear
+    # layers, kept by the cuEquivariance conversion too) meets a bfloat16 activation with
+    # float32 weights in its generated tensordot, which autocast does not cast.
+    AMP_UNSUPPORTED = ("mace-torch does not run under torch.autocast here: e3nn's o3.Linear "
+                       "(its generated tensordot) gets an autocast activation and float32 "
+                       "weights and raises 'both inputs should have same dtype' (every "
+                       "backend, CPU; untested on CUDA)")
     workloads = tuple(WORKLOADS)
     variants = tuple(VARIANTS)
     directions = DIRECTIONS
@@ -196,6 +203,8 @@ class Mace(ModelFamily):
             return f"unknown MACE variant {case.variant!r}; choose one of {', '.join(VARIANTS)}"
         if case.direction not in DIRECTIONS:
             return f"MACE runs {', '.join(DIRECTIONS)}, not {case.direction}"
+        if case.precision.startswith("amp-") and not case.device.startswith("cuda"):
+            return self.AMP_UNSUPPORTED
         return None
 
     def build_bench(self, case: Case, dtype: torch.dtype, seed: int) -> Bench:

@@ -174,7 +174,7 @@ def _tensors(tree: object) -> list[torch.Tensor]:
 class SE3TransformerFamily(ModelFamily):
     prefix = "se3t"
     backends = BACKENDS
-    precisions = frozenset({"float64", "float32", "tfloat32"})
+    precisions = frozenset({"float64", "float32", "tfloat32", "amp-bfloat16", "amp-float16"})
     workloads = tuple(WORKLOADS)
     variants = (*VARIANTS, *(f"{name}{DGL_SUFFIX}" for name in VARIANTS))
     directions = DIRECTIONS
