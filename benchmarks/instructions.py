@@ -8,8 +8,9 @@ run, so it can gate CI on what our generated kernels execute (see
 ``equibench.kernels.instruction_count``). It says nothing about cache misses, memory
 stalls, threading or code outside the kernels.
 
-Default cases (float32), each of mace-large and nequip-benzene: tp_fwd, tp_bwd, tp_dbwd on
-64 products; conv_fwd, conv_bwd, conv_dbwd on a 16-node seeded synthetic graph (128 edges).
+Default cases (float32), each of mace-large and nequip-benzene-1parity: tp_fwd, tp_bwd,
+tp_dbwd on 64 products; conv_fwd, conv_bwd, conv_dbwd on a 16-node seeded synthetic graph
+(128 edges).
 A case is ``KERNEL:WORKLOAD:DTYPE:BATCH`` (BATCH: products, or nodes for conv).
 
 With ``--baseline``: a case whose count grew by more than ``--tolerance`` (a fraction) or
@@ -33,7 +34,7 @@ from typing import Any
 FORMAT = "equibench-instruction-counts-1"
 TP_BATCH = 64
 CONV_NODES = 16
-WORKLOADS = ("mace-large", "nequip-benzene")
+WORKLOADS = ("mace-large", "nequip-benzene-1parity")
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from equibench import compare, config, results
 from equibench.files import atomic_write
 from equibench.paired import speedup_samples
 
-PLANTED = {"name": "planted", "level": "tp", "workloads": ["nequip-benzene"],
+PLANTED = {"name": "planted", "level": "tp", "workloads": ["nequip-benzene-1parity"],
            "implementations": ["e3nn", "fused", "e3nn-slowed"], "directions": ["forward"],
            "precisions": ["float32"], "batches": [160]}
 RUNS = ("a", "b", "slowed")

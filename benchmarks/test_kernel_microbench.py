@@ -21,7 +21,7 @@ from equibench.correctness import compare
 from equibench.levels.tp import build_bench
 from equibench.precision import get_precision, precision_mode
 
-WORKLOADS = ("nequip-water", "nequip-toluene", "mace-medium")
+WORKLOADS = ("nequip-water", "nequip-toluene-1parity", "mace-medium")
 IMPLEMENTATIONS = ("e3nn", "cuequivariance", "fused")
 DIRECTIONS = ("forward", "backward")
 PRECISION = "float32"

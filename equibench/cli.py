@@ -249,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "value list is comma-separated. The implementations and "
                                    "variants of each case are timed in interleaved rounds.")
     p.add_argument("--level", choices=LEVELS, default="tp")
-    p.add_argument("--workload", required=True, help="e.g. mace-large,nequip-benzene")
+    p.add_argument("--workload", required=True, help="e.g. mace-large,nequip-benzene-1parity")
     p.add_argument("--implementation", required=True, help="e.g. e3nn,e3nn-compiled")
     p.add_argument("--variant", default="default",
                    help="model option sets, e.g. small,oeq (mace) or baseline,optimized (se3t); "

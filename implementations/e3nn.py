@@ -56,7 +56,7 @@ class E3nnCompiled(E3nn):
         # Donated buffers forbid create_graph=True, which double backward needs.
         torch._functorch.config.donated_buffer = False
         # Static shapes: every case runs in a process of its own at one batch size, and a
-        # static graph compiles ~4x faster than a dynamic one (nequip-benzene forward and
+        # static graph compiles ~4x faster than a dynamic one (nequip-benzene-1parity forward and
         # backward from a cold cache: 11 s against 41 s), which dominated the quick run.
         return torch.compile(super().build_tp(problem, dtype, device), dynamic=False)
 

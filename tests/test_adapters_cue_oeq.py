@@ -21,9 +21,13 @@ from equibench.registry import get
 from equibench.runner import run_case
 from equibench.workloads import TP_WORKLOADS
 
-WORKLOADS = [n for n in TP_WORKLOADS if not n.startswith("roofline")] + [
-    "roofline-000", "roofline-123",
-]
+# Each kind of construction once (tests/test_workloads.py checks every workload's
+# description; running all 67 through every direction here took 6 minutes).
+WORKLOADS = ["mace-large", "mace-medium", "nequip-water", "nequip-revmd17-benzene",
+             "nequip-oam-l-first-layer", "DiffDock-L=1", "DiffDock-L=2", "tetris-poly-1",
+             "tetris-poly-2", "nequip-water-1parity", "nequip-benzene-1parity",
+             "roofline-000", "roofline-123", "oeq-roofline-3e3e3e"]
+assert set(WORKLOADS) <= set(TP_WORKLOADS)
 DIRECTIONS = ("forward", "backward", "double_backward")
 SETTINGS = ONE_REPEAT
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -59,7 +63,7 @@ def float64_default():
     torch.set_default_dtype(previous)
 
 
-@pytest.mark.parametrize("workload", ["nequip-benzene", "diffdock-l2"])
+@pytest.mark.parametrize("workload", ["nequip-benzene-1parity", "DiffDock-L=2"])
 def test_cue_tp_is_equivariant(workload: str, float64_default):
     """``f(x D1, y D2, w) = f(x, y, w) D_out`` to float64 rounding (cue's CG tables are exact)."""
     problem = TP_WORKLOADS[workload]
@@ -76,7 +80,7 @@ def test_cue_tp_is_equivariant(workload: str, float64_default):
 
 @pytest.mark.parametrize("precision", ["float64", "float32"])
 @pytest.mark.parametrize("direction", DIRECTIONS)
-@pytest.mark.parametrize("workload", ["nequip-water@carbon", "diffdock-l1@qm9"])
+@pytest.mark.parametrize("workload", ["nequip-water@carbon", "DiffDock-L=1@qm9"])
 def test_cue_conv_matches_e3nn(workload: str, direction: str, precision: str):
     row = run_case(Case("conv", workload, "cuequivariance", "default", direction, precision, 1,
                         "cpu"), SETTINGS)
@@ -87,7 +91,7 @@ def test_cue_conv_matches_e3nn(workload: str, direction: str, precision: str):
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_cue_conv_leaves_nodes_without_edges_zero(direction: str):
     """The indexed gather/scatter against the definition, on a graph with an isolated node."""
-    problem = TP_WORKLOADS["nequip-toluene"]
+    problem = TP_WORKLOADS["nequip-toluene-1parity"]
     num_nodes, num_edges = 7, 20
     g = torch.Generator().manual_seed(2)
     # Node 6 receives no edge: its output row must be zero.
@@ -114,7 +118,7 @@ def _bound(conv, edge_src, edge_dst, num_nodes, x, y, w):
     return conv(x, y, w, edge_src, edge_dst, num_nodes)
 
 
-@pytest.mark.parametrize("workload", ["mace-large", "nequip-water", "diffdock-l2"])
+@pytest.mark.parametrize("workload", ["mace-large", "nequip-water", "DiffDock-L=2"])
 def test_cue_polynomial_is_cues_own_up_to_order(workload: str):
     """Same paths and nonzero Clebsch-Gordan entries as cuEquivariance's own descriptor."""
     import cuequivariance as cue

@@ -44,7 +44,7 @@ def test_suite_cases():
     cases = config.suite_cases(cfg, "tp-batch", "e3nn", "cpu")
     assert {c.direction for c in cases} == {"forward", "backward"}
     assert {c.precision for c in cases} == {"float32", "float64"}
-    assert {c.workload for c in cases} == {"mace-large", "nequip-benzene"}
+    assert {c.workload for c in cases} == {"mace-large", "nequip-benzene-1parity"}
     assert all(c.implementation == "e3nn" and c.device == "cpu" for c in cases)
 
 

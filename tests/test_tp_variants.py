@@ -18,8 +18,8 @@ from equibench.registry import get
 from equibench.runner import run_case
 
 DIRECTIONS = ("forward", "backward", "double_backward")
-# nequip-water: 32x0e+32x1o, so ir_mul differs from mul_ir in x and in the output.
-WORKLOADS = {"tp": "nequip-water", "conv": "nequip-water@carbon"}
+# nequip-water-1parity: 32x0e+32x1o, so ir_mul differs from mul_ir in x and in the output.
+WORKLOADS = {"tp": "nequip-water-1parity", "conv": "nequip-water-1parity@carbon"}
 BATCHES = {"tp": 8, "conv": 1}
 SETTINGS = ONE_REPEAT
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -85,7 +85,7 @@ def test_ir_mul_call_takes_ir_mul_operands_and_transposes_nothing(level: str, mo
     assert not transposes
     x_mul_ir, x_ir_mul = seen[0], seen[-1]
     layout = get("cuequivariance").operand_layout(
-        cue_adapter.CueProduct(tp_level.get_tp_workload("nequip-water"), torch.float64, "cpu",
+        cue_adapter.CueProduct(tp_level.get_tp_workload(WORKLOADS["tp"]), torch.float64, "cpu",
                                native=True))
     assert not torch.equal(x_ir_mul, x_mul_ir)
     assert torch.equal(x_ir_mul, layout.native("in1", x_mul_ir))
@@ -155,8 +155,8 @@ def test_only_the_default_builds_the_plan_in_the_call(variant: str, builds: int,
 
 def test_reuse_plan_declines_a_call_over_several_graphs():
     # 32 molecules in padded batches of 16: two graphs convolved in turn in one call.
-    row = run_case(_case("conv", "fused", "reuse-plan", workload="nequip-benzene@qm9-padded",
-                         batch=32), SETTINGS)
+    row = run_case(_case("conv", "fused", "reuse-plan",
+                         workload="nequip-benzene-1parity@qm9-padded", batch=32), SETTINGS)
     assert row["status"] == "unavailable"
     assert "convolves 2 graphs" in row["reason"]
 

@@ -10,7 +10,12 @@ Workload names are ``<tensor-product workload>@<graph>``:
   16 molecules per batch, padded to the largest batch's node and edge counts; ``packed``
   bin-packs them (first-fit decreasing) into packs of the same node budget. Throughput
   counts real edges only, so the ratio packed/padded is what packing buys
-  (the ``ipu-packing`` claim).
+  (the ``ipu-packing`` claim);
+- ``@covid-spike`` (3 Å radius), ``@1drf`` (6 Å) and ``@carbon-lattice`` (6 Å): the graphs of
+  OpenEquivariance's convolution benchmark (:data:`OEQ_GRAPHS`), read from their files where
+  the user has them, else a synthetic stand-in (labelled so in the description and in the
+  row's ``extra.synthetic_graph``). One fixed graph each: ``batch`` is ignored, and the row
+  reports the graph's own node and edge counts.
 
 Inputs: random node features x (N, d1), the spherical harmonics of the edge vectors
 y (E, d2) (component normalization), random per-edge weights w (E, weight_numel).
@@ -20,7 +25,10 @@ Throughput counts edges per second.
 from __future__ import annotations
 
 import functools
+import math
+import pickle
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,6 +37,8 @@ from e3nn import o3
 from equibench.cases import Case
 from equibench.convolution import gather_tp_scatter
 from equibench.cost import conv_bytes, tp_cost
+from equibench.datasets.cache import raw_dir
+from equibench.datasets.graphs import Graph, radius_graph
 from equibench.levels import Bench, input_key
 from equibench.levels.directions import directional_call
 from equibench.levels.tp import (
@@ -57,6 +67,7 @@ class ConvGraph:
     real_edges: int | None = None  # without padding edges; None when there are none
     blocks: int = 1  # equal-sized disjoint blocks, convolved one at a time
     padding_efficiency: float = 1.0
+    synthetic: bool = False  # a generated stand-in for a dataset graph that was not found
 
 
 def qm9_graph(batch: int, seed: int) -> ConvGraph:
@@ -70,8 +81,6 @@ def qm9_graph(batch: int, seed: int) -> ConvGraph:
 
 def carbon_graph(batch: int, seed: int) -> ConvGraph:
     from ase.build import bulk
-
-    from equibench.datasets.graphs import radius_graph
 
     cells = max(1, round((batch / 8) ** (1 / 3)))
     atoms = bulk("C", "diamond", a=3.567, cubic=True).repeat(cells)
@@ -120,11 +129,136 @@ def qm9_static_batches(batch: int, seed: int, mode: str) -> ConvGraph:
     )
 
 
+@dataclass(frozen=True)
+class OEQGraph:
+    """One graph of OpenEquivariance's convolution benchmark (``benchmark_convolution`` in
+    their ``tests/benchmark.py``; sources below).
+
+    ``file``: their file name, a pickle of ``{"coords": (N, 3), "row": (E,), "col": (E,)}``
+    (their ``load_graph``); ``radius``: Å, as the file name states. ``nodes``, ``edges``:
+    the synthetic stand-in's counts; ``stand_in`` says where they come from.
+    """
+
+    file: str
+    label: str
+    radius: float
+    nodes: int
+    edges: int
+    stand_in: str
+
+
+# Sources (PASSIONLab/OpenEquivariance): file names, radii and labels from
+# tests/benchmark.py (benchmark_convolution, download_graphs) at
+# 0525b347278fbb550834a90ace360783b41dd9be and openequivariance/benchmark/plotting/
+# plot_convolution.py at 3e0d73b684fc56156c977c79e32284f5fa3a21fd; the file format from
+# load_graph in openequivariance/openequivariance/benchmark/ConvBenchmarkSuite.py at
+# 53f80696421da1eb3761608dcfb4313996281e88. Their node
+# and edge counts are in none of these (nor in their docs): the stand-ins are atoms at the
+# material's density (all-atom protein with hydrogens 0.11 per Å^3, diamond 0.176 per Å^3),
+# as many as the structure has to within its order of magnitude, with the mean degree that
+# density gives within the radius (density x 4/3 pi r^3), rounded. Replace them with the
+# files' counts once known.
+_PROTEIN = "stand-in: all-atom protein density 0.11 Å^-3"
+OEQ_GRAPHS = {
+    "covid-spike": OEQGraph("covid_spike_radius3.0.pickle", "COVID spike", 3.0,
+                            nodes=60_000, edges=746_400,
+                            stand_in=f"{_PROTEIN}, a spike trimer's ~60k atoms"),
+    "1drf": OEQGraph("1drf_radius6.0.pickle", "DHFR", 6.0,
+                     nodes=3_000, edges=298_580,
+                     stand_in=f"{_PROTEIN}, a DHFR monomer's ~3k atoms"),
+    "carbon-lattice": OEQGraph("carbon_lattice_radius6.0.pickle", "carbon-lattice", 6.0,
+                               nodes=10_000, edges=1_594_700,
+                               stand_in="stand-in: diamond density 0.176 Å^-3, 10k atoms"),
+}
+
+
+def oeq_graph_dir() -> Path:
+    """Where OpenEquivariance's graph files are read:
+    ``$EQUIBENCH_DATA_DIR/raw/openequivariance-graphs`` (default data dir
+    ``~/.cache/equibench/data``); copy their pickles there under their own names."""
+    return raw_dir("openequivariance-graphs")
+
+
+def read_oeq_graph(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(coords (N, 3) float64 Å, edge_src (E,) int64, edge_dst (E,) int64)`` of one of
+    their pickles (trusted input: unpickling runs code). Their convolution sums into
+    ``row`` the products of ``col``'s features (``implementations/openequivariance.py``), so
+    ``col`` is the sender, ``row`` the receiver. The file holds no periodic shifts: edge
+    vectors are coordinate differences."""
+    with open(path, "rb") as f:
+        data = pickle.load(f)
+    return (np.asarray(data["coords"], dtype=np.float64), np.asarray(data["col"], np.int64),
+            np.asarray(data["row"], np.int64))
+
+
+@functools.cache
+def synthetic_radius_graph(nodes: int, edges: int, radius: float, seed: int = 0
+                           ) -> tuple[Graph, float, float]:
+    """A periodic radius graph of ``nodes`` atoms with exactly ``edges`` directed edges,
+    shaped like one of ``radius`` Å; returns it with its density (Å^-3) and effective
+    cutoff (Å).
+
+    Atoms sit at the density that gives the mean degree ``edges / nodes`` within
+    ``radius`` in a periodic box (no surface), on a cubic grid with random vacancies and
+    jitter (a quarter spacing) so that none overlap. The ``edges`` shortest directed edges
+    of the periodic radius graph are kept, the two directions of a pair side by side: all
+    pairs closer than an effective cutoff close to ``radius`` (returned), symmetric when
+    ``edges`` is even.
+    """
+    rng = np.random.default_rng(seed)
+    density = edges / nodes / (4 / 3 * math.pi * radius**3)
+    side = (nodes / density) ** (1 / 3)
+    per_axis = math.ceil(nodes ** (1 / 3))
+    spacing = side / per_axis
+    sites = rng.choice(per_axis**3, size=nodes, replace=False)
+    grid = np.stack(np.unravel_index(sites, (per_axis,) * 3), axis=1).astype(np.float64)
+    pos = (grid + 0.5 + rng.uniform(-0.25, 0.25, size=(nodes, 3))) * spacing
+    cell = np.eye(3) * side
+    cutoff = radius * 1.15
+    while True:
+        g = radius_graph(pos, cutoff, cell=cell, pbc=np.array([True] * 3))
+        if g.n_edges >= edges:
+            break
+        cutoff *= 1.1
+    dist = np.linalg.norm(g.edge_vec, axis=1)
+    # Ties in distance come in pairs (the two directions): ordering them by pair keeps the
+    # two side by side, so an even cut keeps whole pairs.
+    lo, hi = np.minimum(g.edge_src, g.edge_dst), np.maximum(g.edge_src, g.edge_dst)
+    keep = np.sort(np.lexsort((g.edge_src, hi, lo, dist))[:edges])
+    kept = Graph(g.edge_src[keep], g.edge_dst[keep], g.edge_vec[keep], g.edge_shift[keep],
+                 g.cell_shift[keep])
+    return kept, density, float(dist[keep].max())
+
+
+def oeq_conv_graph(batch: int, seed: int, name: str) -> ConvGraph:
+    """OpenEquivariance's graph ``name`` from its file under :func:`oeq_graph_dir`, or its
+    synthetic stand-in (fixed: generator seed 0). ``batch`` and ``seed`` do not change it."""
+    spec = OEQ_GRAPHS[name]
+    path = oeq_graph_dir() / spec.file
+    if path.is_file():
+        coords, src, dst = read_oeq_graph(path)
+        vec = torch.from_numpy(coords[dst] - coords[src])
+        return ConvGraph(torch.from_numpy(src), torch.from_numpy(dst), vec, len(coords),
+                         f"OpenEquivariance's {spec.label} graph ({path}: {len(coords)} nodes, "
+                         f"{len(src)} edges, {spec.radius} Å radius; batch ignored)")
+    g, density, cutoff = synthetic_radius_graph(spec.nodes, spec.edges, spec.radius)
+    return ConvGraph(
+        torch.from_numpy(g.edge_src), torch.from_numpy(g.edge_dst), torch.from_numpy(g.edge_vec),
+        spec.nodes,
+        f"synthetic stand-in for OpenEquivariance's {spec.label} graph ({spec.file} not in "
+        f"{path.parent}): {spec.nodes} atoms at {density:.3f} Å^-3 in a periodic box, "
+        f"{spec.edges} edges (radius graph at {cutoff:.2f} Å, theirs {spec.radius} Å); "
+        f"counts {spec.stand_in}, not theirs; batch ignored",
+        synthetic=True,
+    )
+
+
 GRAPHS = {
     "qm9": qm9_graph,
     "carbon": carbon_graph,
     "qm9-padded": functools.partial(qm9_static_batches, mode="padded"),
     "qm9-packed": functools.partial(qm9_static_batches, mode="packed"),
+    **{name: functools.partial(oeq_conv_graph, name=name) for name in OEQ_GRAPHS},
 }
 
 
@@ -196,6 +330,7 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         extra={"graph": graph.description, "nodes": n, "edges": edges,
                "real_edges": real_edges, "blocks": graph.blocks,
                "padding_efficiency": graph.padding_efficiency,
+               "synthetic_graph": graph.synthetic,
                "paths": len(problem.instructions), "mode": problem.mode,
                "code_path": impl.code_path(conv, case.device).to_dict(),
                "reference": reference_note(impl.name) + " with index_add"},

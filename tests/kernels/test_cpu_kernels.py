@@ -1,5 +1,6 @@
-"""CPU backend against e3nn float64: every tensor-product workload (reduced multiplicities),
-a mixed configuration, forward / backward / double backward, TP and fused convolution."""
+"""CPU backend against e3nn float64: every kind of tensor-product workload (reduced
+multiplicities), a mixed configuration, forward / backward / double backward, TP and fused
+convolution."""
 
 from __future__ import annotations
 
@@ -20,18 +21,25 @@ from kernel_testing import (
 
 from equibench.workloads import get_tp_workload
 
-# (workload, multiplicity scale): every tensor-product workload once, roofline by its
-# largest triple; channel counts stay odd/even/non-multiples of the vector width.
+# (workload, multiplicity scale): each construction of the table once or more: sorted
+# channel-wise outputs (MACE, NequIP with both parities, SevenNet's even-only parities),
+# NequIP's path-ordered instructions, outputs in path order (-1parity), fully connected with
+# unsorted outputs, both rooflines by their largest triple; channel counts stay
+# odd/even/non-multiples of the vector width.
 WORKLOADS = [
     ("mace-large", 1 / 16),
     ("mace-medium", 1 / 16),
     ("nequip-water", 1 / 8),
-    ("nequip-aspirin", 1 / 16),
-    ("nequip-toluene", 1 / 16),
-    ("nequip-benzene", 1 / 16),
-    ("diffdock-l1", 0.2),
-    ("diffdock-l2", 0.2),
+    ("nequip-revmd17-benzene", 1 / 16),
+    ("nequip-oam-l-main-layers", 1 / 16),
+    ("SevenNet_l3i5-main-layers", 1 / 16),
+    ("nequip-water-1parity", 1 / 8),
+    ("nequip-benzene-1parity", 1 / 16),
+    ("DiffDock-L=1", 0.2),
+    ("DiffDock-L=2", 0.2),
+    ("tetris-poly-2", 0.2),
     ("roofline-333", 5 / 128),
+    ("oeq-roofline-7e7e7e", 5 / 128),
 ]
 
 

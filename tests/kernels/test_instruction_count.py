@@ -17,7 +17,7 @@ from equibench.kernels import KernelUnavailable
 from equibench.kernels import instruction_count as ic
 
 REPO = Path(__file__).resolve().parents[2]
-WORKLOAD = "nequip-water"  # the smallest workload: its kernels compile in about a second
+WORKLOAD = "nequip-water-1parity"  # a small workload: its kernels compile in about a second
 
 needs_valgrind = pytest.mark.skipif(
     shutil.which("valgrind") is None,
