@@ -154,6 +154,15 @@ def test_runner_cases_pass_the_gate(variant, direction):
     assert row["throughput_unit"] == "molecules/s"
     assert row["extra"]["switches"] == variant_switches(variant).to_dict()
     assert row["equivariance_err"] < 1e-4
+    assert row["extra"]["code_path"]["path"] and not row["extra"]["code_path"]["fallback"]
+
+
+def test_rows_name_the_code_each_backend_ran():
+    from equibench.implementations.se3_transformer.bench import code_path
+
+    cue = code_path("cuequivariance", "cpu")
+    assert "method=naive" in cue["path"] and cue["fallback"].startswith("naive")
+    assert "C++" in code_path("fused", "cpu")["path"]
 
 
 def test_gradient_projections_are_one_derivative_for_every_parameterization(graph_batch,

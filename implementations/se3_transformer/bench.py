@@ -32,7 +32,7 @@ from equibench import registry
 from equibench.cases import Case
 from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench
-from equibench.registry import ModelFamily, Unsupported, register_model
+from equibench.registry import CodePath, ModelFamily, Unsupported, register_model
 
 from .graph_ops import dgl_unavailable, make_graph_ops
 from .model import (
@@ -118,6 +118,27 @@ def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None,
                 **{f"grad:{n}": p.grad for n, p in params.items()}}
 
     return inference if direction == "inference" else train_step
+
+
+def code_path(backend: str, device: str) -> dict[str, str]:
+    """What the TFN contractions of ``backend`` run on ``device`` (``extra.code_path``)."""
+    on_gpu = device.startswith("cuda")
+    if backend == "cuequivariance":
+        from equibench.implementations.cuequivariance import has_cuda_ops
+
+        kernels = on_gpu and has_cuda_ops()
+        method = "fused_tp" if kernels else "naive"
+        path = (f"cuequivariance_torch SegmentedPolynomial method={method}"
+                " (uvw,ui,vj,wk+ijk on mul_ir operands, no transposes)")
+        return CodePath(path, "" if kernels else (
+            "naive: pure PyTorch, not cuEquivariance's CUDA kernels (they need "
+            "cuequivariance_ops_torch and a CUDA device)")).to_dict()
+    return CodePath({
+        "fused": f"equibench {'Triton' if on_gpu else 'generated C++'} kernels, torch.library "
+                 "custom ops",
+        "e3nn": "e3nn o3.TensorProduct per degree pair",
+        "basis": "PyTorch contractions with the precomputed edge bases",
+    }[backend]).to_dict()
 
 
 def probe_directions(size: str, switches: Switches, seed: int, count: int = PROBES
@@ -269,6 +290,7 @@ class SE3TransformerFamily(ModelFamily):
             extra={
                 "size": size, "model": SIZES[size].to_dict(), "switches": switches.to_dict(),
                 "backend": case.implementation, "molecules": case.batch,
+                "code_path": code_path(case.implementation, case.device),
                 "nodes": mol.n_nodes, "edges": mol.n_edges,
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "fusion": sorted({c.fuse_used for c in model.convs().values()}),
