@@ -20,7 +20,6 @@ from equibench.dashboards.figures import prepared
 
 from equibench.cases import DIRECTIONS
 from equibench.compare import (
-    GROUP_COLUMNS,
     MATCH_COLUMNS,
     REFERENCE,
     SAME_MACHINE,
@@ -38,11 +37,6 @@ COLUMNS = [*CASE, "precision", "batch", "series", "implementation", "variant", "
            "throughput", "throughput_unit", "reference", "reference_status", "speedup",
            "speedup_q1", "speedup_q3", "speedup_count", "paired", "peak_mem_bytes",
            "ref_peak_mem_bytes", "peak_mem_method", "run_id", "git_commit"]
-
-
-def _label(implementation: str, variant: str) -> str:
-    """A reference's name as ``compare.relative`` writes it: ``implementation[variant]``."""
-    return implementation if variant == "default" else f"{implementation}[{variant}]"
 
 
 def _precision(present: set[str]) -> str:
@@ -102,18 +96,13 @@ def headline(frame: pd.DataFrame) -> pd.DataFrame:
         reference_is_e3nn = best["implementation"] == REFERENCE
         found = rel_by_key.get(tuple(best[ROW_KEY]))
         if found is not None:
-            group = at
-            for column in GROUP_COLUMNS:
-                group = group[group[column] == found[column]]
-            ref = group[[_label(i, v) == found["reference"] for i, v in
-                         zip(group["implementation"], group["variant"], strict=True)]].iloc[0]
             samples = np.asarray(found["speedup_samples"], dtype=float)
             _, q1, q3 = summary(samples)
             line.update(reference=found["reference"], speedup=float(found["speedup"]),
                         speedup_q1=q1, speedup_q3=q3, speedup_count=int(samples.size),
                         paired=bool(found["paired"]),
-                        ref_peak_mem_bytes=int(ref["peak_mem_bytes"]))
-            reference_is_e3nn = ref["implementation"] == REFERENCE
+                        ref_peak_mem_bytes=int(found["ref_peak_mem_bytes"]))
+            reference_is_e3nn = found["ref_implementation"] == REFERENCE
         if not reference_is_e3nn:
             line["reference_status"] = _reference_status(everything, line)
         lines.append(line)

@@ -88,18 +88,26 @@ def _log_row(row: dict) -> None:
           f"{row['precision']} batch={row['batch']}: {timing}", flush=True)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _names_known(cases, plugins, command: str) -> bool:  # noqa: ANN001
+    """Check every name of ``cases`` before any process starts (a typo then costs nothing);
+    print the problems and return False if one is unknown."""
     from equibench import names
 
+    try:
+        names.check(cases, plugins=plugins)
+    except names.UnknownName as err:
+        print(f"{command}: {err}", file=sys.stderr)
+        return False
+    return True
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     cases = list(expand(
         level=args.level, workloads=_csv(args.workload), implementations=_csv(args.implementation),
         directions=_csv(args.direction), precisions=_csv(args.precision), batches=args.batch,
         device=args.device, variants=_csv(args.variant),
     ))
-    try:  # before any process starts: a typo costs nothing
-        names.check(cases, plugins=args.plugin or ())
-    except names.UnknownName as err:
-        print(f"equibench run: {err}", file=sys.stderr)
+    if not _names_known(cases, args.plugin or (), "equibench run"):
         return 2
     _start_fork_server(args)
     from equibench.runner import run_cases
@@ -119,13 +127,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             "sweep", "--config", args.config, "--suite", args.suite, "--implementation",
             args.implementation, "--device", args.device, "--out", args.out,
             *(["--quiet"] if args.quiet else [])])
-    from equibench import names
 
     cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
-    try:
-        names.check(cases, plugins=cfg.get("plugins", []))
-    except names.UnknownName as err:
-        print(f"equibench sweep: suite {args.suite}: {err}", file=sys.stderr)
+    if not _names_known(cases, cfg["plugins"], f"equibench sweep: suite {args.suite}"):
         return 2
     _start_fork_server(args, cfg)
     from equibench.devices import exclusive

@@ -206,7 +206,8 @@ def _reference_index(group: pd.DataFrame, row: pd.Series, reference: str):
 def relative(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
     """Each ok row with its speedup over its group's reference row (same run, machine,
     threads, allocator): columns ``reference`` (the reference's implementation[variant]),
-    ``ref_time_s``, ``speedup_samples``, ``speedup`` and ``paired``."""
+    ``ref_implementation``, ``ref_time_s``, ``ref_peak_mem_bytes``, ``speedup_samples``,
+    ``speedup`` and ``paired``."""
     ok = latest_ok(frame)
     out = []
     for _, group in ok.groupby(list(GROUP_COLUMNS), dropna=False, sort=False):
@@ -220,9 +221,12 @@ def relative(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
                        else ref["time_median_s"] / row["time_median_s"])
             variant = "" if ref["variant"] == "default" else f"[{ref['variant']}]"
             out.append({**row.to_dict(), "reference": f"{ref['implementation']}{variant}",
-                        "ref_time_s": ref["time_median_s"], "speedup_samples": samples,
-                        "speedup": speedup, "paired": paired})
-    columns = [*ok.columns, "reference", "ref_time_s", "speedup_samples", "speedup", "paired"]
+                        "ref_implementation": ref["implementation"],
+                        "ref_time_s": ref["time_median_s"],
+                        "ref_peak_mem_bytes": ref["peak_mem_bytes"],
+                        "speedup_samples": samples, "speedup": speedup, "paired": paired})
+    columns = [*ok.columns, "reference", "ref_implementation", "ref_time_s",
+               "ref_peak_mem_bytes", "speedup_samples", "speedup", "paired"]
     return pd.DataFrame(out, columns=columns)
 
 

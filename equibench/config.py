@@ -41,12 +41,6 @@ def _preset_path(preset: str) -> Path:
     raise ConfigError(f"preset {preset!r} is neither one of {choices} nor an existing file")
 
 
-def validate(config: Mapping) -> dict:
-    """``config`` with its defaults filled in; :class:`ConfigError` if it does not follow
-    workflows/config/schema.yaml."""
-    return validated(config)
-
-
 # Suffix of the model variants that run their graph operations with DGL, whose wheels need
 # an environment of their own (workflows/environments.smk).
 DGL_SUFFIX = "+dgl"
@@ -73,7 +67,7 @@ def resolve(config: Mapping) -> dict:
     preset = config.get("preset", "quick")
     merged = deep_merge(yaml.safe_load(_preset_path(preset).read_text()) or {}, config)
     merged["preset"] = preset
-    merged = validate(merged)
+    merged = validated(merged)
     _check_environments(merged)
     return merged
 

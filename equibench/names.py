@@ -73,10 +73,8 @@ def problems(case: Case) -> list[str]:
                               implementations))
     # A variant of another implementation is a known name: that case gets an `unavailable`
     # row saying which variants its implementation has.
-    variants = list(dict.fromkeys(
-        ["default", *(name for impl in implementations
-                      for name, v in registry.get(impl).variants.items()
-                      if case.level in v.levels)]))
+    variants = list(dict.fromkeys(name for impl in implementations
+                                  for name in registry.get(impl).variant_names(case.level)))
     if case.variant not in variants:
         found.append(_problem(f"{case.level} variant", case.variant, variants))
     return found

@@ -101,14 +101,18 @@ class Implementation:
         """None if this case can run, else the reason (e.g. a direction it cannot do)."""
         return None
 
-    def variant_unavailable(self, level: str, variant: str) -> str | None:
-        """None if the implementation has ``variant`` at ``level`` (``tp`` or ``conv``), else
-        the reason, naming the variants it has there."""
-        if variant == DEFAULT_VARIANT or (variant in self.variants
-                                          and level in self.variants[variant].levels):
-            return None
-        have = [DEFAULT_VARIANT, *(name for name, v in self.variants.items()
+    def variant_names(self, level: str) -> list[str]:
+        """The variants the implementation has at ``level`` (``tp`` or ``conv``),
+        ``default`` first."""
+        return [DEFAULT_VARIANT, *(name for name, v in self.variants.items()
                                    if level in v.levels)]
+
+    def variant_unavailable(self, level: str, variant: str) -> str | None:
+        """None if the implementation has ``variant`` at ``level``, else the reason, naming
+        the variants it has there."""
+        have = self.variant_names(level)
+        if variant in have:
+            return None
         return (f"{self.name} has no {level} variant {variant!r}; its {level} variants: "
                 f"{', '.join(have)}")
 
@@ -293,7 +297,10 @@ def plugin(case: Case) -> CasePlugin:
             from equibench.levels.conv import build_bench
         return build_bench(c, impl, dtype, seed)
 
-    return CasePlugin(impl.name, unavailable, impl.supports, impl.precisions, build)
+    def supports(c: Case) -> str | None:
+        return impl.variant_unavailable(c.level, c.variant) or impl.supports(c)
+
+    return CasePlugin(impl.name, unavailable, supports, impl.precisions, build)
 
 
 def plugin_key(case: Case) -> tuple[str, ...]:

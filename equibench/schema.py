@@ -27,10 +27,12 @@ def _schema() -> dict:
     return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
-def _with_defaults(validator_class):  # noqa: ANN001, ANN202 - jsonschema's extension API
-    """A validator that also fills in every missing property that has a ``default``, parents
+@functools.cache
+def _filling_validator_class():  # noqa: ANN202 - a jsonschema validator class
+    """Draft 2020-12 that also fills in every missing property with a ``default``, parents
     before children (jsonschema's documented extension; Snakemake's ``set_default``)."""
-    validate_properties = validator_class.VALIDATORS["properties"]
+    base = jsonschema.Draft202012Validator
+    validate_properties = base.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):  # noqa: ANN001, ANN202
         if isinstance(instance, dict):
@@ -39,19 +41,18 @@ def _with_defaults(validator_class):  # noqa: ANN001, ANN202 - jsonschema's exte
                     instance.setdefault(name, copy.deepcopy(subschema["default"]))
         yield from validate_properties(validator, properties, instance, schema)
 
-    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+    return jsonschema.validators.extend(base, {"properties": set_defaults})
 
 
 def validated(config: Mapping) -> dict:
     """A copy of ``config`` with every default filled in; :class:`ConfigError` naming the
     first problem (its path and jsonschema's message) if it does not follow the schema."""
-    strict = jsonschema.Draft202012Validator(_schema())
-    error = jsonschema.exceptions.best_match(strict.iter_errors(dict(config)))
+    filled = copy.deepcopy(dict(config))
+    validator = _filling_validator_class()(_schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(filled))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "<top level>"
         raise ConfigError(f"invalid configuration at {where}: {error.message}")
-    filled = copy.deepcopy(dict(config))
-    _with_defaults(jsonschema.Draft202012Validator)(_schema()).validate(filled)
     return filled
 
 
@@ -63,7 +64,7 @@ def defaults() -> dict:
 @functools.cache
 def _defaults() -> dict:
     out: dict = {}
-    filler = _with_defaults(jsonschema.Draft202012Validator)({**_schema(), "required": []})
+    filler = _filling_validator_class()({**_schema(), "required": []})
     for _ in filler.iter_errors(out):  # filling is a side effect of validating
         pass
     return out

@@ -66,6 +66,12 @@ NATIVE = "ir_mul"  # the variant whose operands are in the kernels' own layout
 _SUBSCRIPTS = {"uvu": "uv,iu,jv,ku+ijk", "uvw": "uvw,iu,jv,kw+ijk"}
 
 
+# Why a row that ran cuEquivariance's ``naive`` method is not its product (every model family
+# that runs cuEquivariance says it alike).
+NAIVE_FALLBACK = ("naive: pure PyTorch, not cuEquivariance's CUDA kernels (they need "
+                  "cuequivariance_ops_torch and a CUDA device)")
+
+
 def has_cuda_ops() -> bool:
     """Whether ``cuequivariance_ops_torch`` (the CUDA kernels) imports."""
     try:
@@ -250,10 +256,7 @@ class CuEquivariance(Implementation):
                   "inputs and output transposed between mul_ir and ir_mul on every call")
         path = (f"cuequivariance_torch SegmentedPolynomial method={product.method}; "
                 f"{layout}")
-        if product.method == "naive":
-            return CodePath(path, "naive: pure PyTorch, not cuEquivariance's CUDA kernels "
-                                  "(they need cuequivariance_ops_torch and a CUDA device)")
-        return CodePath(path)
+        return CodePath(path, NAIVE_FALLBACK if product.method == "naive" else "")
 
 
 def _product(built: object) -> CueProduct:

@@ -94,10 +94,15 @@ class Fused(Implementation):
         )
 
     def code_path(self, built: object, device: str) -> CodePath:
-        backend = ("Triton kernels" if _backend(device) == "triton"
-                   else "generated C++ kernels (OpenMP)")
         reuse = getattr(built, "reuse_plan", None)
         plan = {False: "; graph plan (CSR sort) built every call",
                 True: "; graph plan (CSR sort) built once and reused while the edge lists "
                       "are the same (compared every call)"}.get(reuse, "")
-        return CodePath(f"equibench {backend}, torch.library custom ops{plan}")
+        return CodePath(f"{kernels_path(device)}{plan}")
+
+
+def kernels_path(device: str) -> str:
+    """What our kernels run as on ``device`` (every ``extra.code_path`` of ``fused``)."""
+    backend = ("Triton kernels" if _backend(device) == "triton"
+               else "generated C++ kernels (OpenMP)")
+    return f"equibench {backend}, torch.library custom ops"

@@ -42,7 +42,6 @@ from equibench.datasets.graphs import Graph, radius_graph
 from equibench.levels import Bench, input_key
 from equibench.levels.directions import directional_call
 from equibench.levels.tp import (
-    check_variant,
     e3nn_outputs,
     equivariance_check,
     native_inputs,
@@ -287,7 +286,6 @@ def conv_inputs(problem: TPProblem, graph: ConvGraph, seed: int) -> dict[str, to
 
 
 def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int) -> Bench:
-    check_variant(case, impl)
     problem, graph_name = parse_workload(case.workload)
     graph = GRAPHS[graph_name](case.batch, seed)
     master = conv_inputs(problem, graph, seed)

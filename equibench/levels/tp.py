@@ -12,7 +12,7 @@ from equibench.correctness import random_rotation, scaled_error
 from equibench.cost import tp_bytes, tp_cost
 from equibench.levels import Bench, Outputs, input_key
 from equibench.levels.directions import directional_call
-from equibench.registry import Implementation, OperandLayout, TPFunction, Unsupported
+from equibench.registry import Implementation, OperandLayout, TPFunction
 from equibench.workloads import TPProblem, get_tp_workload
 
 
@@ -38,14 +38,6 @@ _INPUT_OPERANDS = {"x": "in1", "probe_x": "in1", "y": "in2", "probe_y": "in2",
                    "grad_out": "out"}
 _OUTPUT_OPERANDS = {"out": "out", "grad_x": "in1", "grad2_x": "in1", "grad_y": "in2",
                     "grad2_y": "in2"}
-
-
-def check_variant(case: Case, impl: Implementation) -> None:
-    """Raise :class:`Unsupported` (an ``unavailable`` row) if ``impl`` lacks the case's
-    variant at its level."""
-    reason = impl.variant_unavailable(case.level, case.variant)
-    if reason is not None:
-        raise Unsupported(reason)
 
 
 def native_inputs(data: dict[str, torch.Tensor], layout: OperandLayout | None
@@ -136,7 +128,6 @@ def reference_note(implementation: str) -> str:
 
 
 def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int) -> Bench:
-    check_variant(case, impl)
     problem = get_tp_workload(case.workload)
     master = tp_inputs(problem, case.batch, seed)
     fn = impl.build_tp(problem, dtype, case.device, case.variant)

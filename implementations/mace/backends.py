@@ -133,11 +133,12 @@ def code_path(model: torch.nn.Module) -> dict[str, str]:
                                   *getattr(model, "products", []))
                     for m in block.modules()
                     if type(m).__module__.split(".")[0] in PACKAGES})
-    fallback = ""
     methods = {getattr(m, "method", None) for m in model.modules()} - {None}
+    fallback = ""
     if "naive" in methods:
-        fallback = ("cuequivariance_torch method=naive: pure PyTorch, not cuEquivariance's "
-                    "CUDA kernels")
+        from equibench.implementations.cuequivariance import NAIVE_FALLBACK
+
+        fallback = f"cuequivariance_torch method={NAIVE_FALLBACK}"
     return {"path": "modules: " + ", ".join(names), "fallback": fallback}
 
 

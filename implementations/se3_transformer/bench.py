@@ -44,7 +44,7 @@ from .model import (
     pool_winners,
 )
 from .switches import DGL_SUFFIX, OPTIMIZED, VARIANTS, Switches, amortized, variant_switches
-from .tfn import BACKENDS
+from .tfn import BACKENDS, cue_method
 
 WORKLOADS = {"se3t-qm9": "full", "se3t-qm9-medium": "medium", "se3t-qm9-small": "small"}
 DIRECTIONS = ("inference", "train_step")
@@ -122,20 +122,18 @@ def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None,
 
 def code_path(backend: str, device: str) -> dict[str, str]:
     """What the TFN contractions of ``backend`` run on ``device`` (``extra.code_path``)."""
-    on_gpu = device.startswith("cuda")
     if backend == "cuequivariance":
-        from equibench.implementations.cuequivariance import has_cuda_ops
+        from equibench.implementations.cuequivariance import NAIVE_FALLBACK
 
-        kernels = on_gpu and has_cuda_ops()
-        method = "fused_tp" if kernels else "naive"
+        method = cue_method(device)
         path = (f"cuequivariance_torch SegmentedPolynomial method={method}"
                 " (uvw,ui,vj,wk+ijk on mul_ir operands, no transposes)")
-        return CodePath(path, "" if kernels else (
-            "naive: pure PyTorch, not cuEquivariance's CUDA kernels (they need "
-            "cuequivariance_ops_torch and a CUDA device)")).to_dict()
+        return CodePath(path, NAIVE_FALLBACK if method == "naive" else "").to_dict()
+    if backend == "fused":
+        from equibench.implementations.fused import kernels_path
+
+        return CodePath(kernels_path(device)).to_dict()
     return CodePath({
-        "fused": f"equibench {'Triton' if on_gpu else 'generated C++'} kernels, torch.library "
-                 "custom ops",
         "e3nn": "e3nn o3.TensorProduct per degree pair",
         "basis": "PyTorch contractions with the precomputed edge bases",
     }[backend]).to_dict()

@@ -182,6 +182,14 @@ class E3nnProduct(IrrepsProduct):
         return self.tp(x, y, w)
 
 
+def cue_method(device: str) -> str:
+    """cuEquivariance's method for the TFN contraction: its CUDA kernel where the ops load on
+    a GPU, else the pure-PyTorch ``naive`` path."""
+    from equibench.implementations.cuequivariance import has_cuda_ops
+
+    return "fused_tp" if device.startswith("cuda") and has_cuda_ops() else "naive"
+
+
 class CueProduct(IrrepsProduct):
     """cuEquivariance segmented polynomial ``uvw,ui,vj,wk+ijk``: operands in ``mul_ir``
     layout directly (segments ``(mul, 2l+1)``), so no layout transposes are needed."""
@@ -205,12 +213,7 @@ class CueProduct(IrrepsProduct):
                 stp.add_path(None, self.ins.index(i), j, self.outs.index(o),
                              c=coefficient(i, j, o).numpy())
         poly = cue.SegmentedPolynomial.eval_last_operand(stp)
-        method = "naive"
-        if device.startswith("cuda"):
-            from equibench.implementations.cuequivariance import has_cuda_ops
-
-            method = "fused_tp" if has_cuda_ops() else "naive"
-        self.poly = cuet.SegmentedPolynomial(poly, method=method)
+        self.poly = cuet.SegmentedPolynomial(poly, method=cue_method(device))
 
     def product(self, x: Tensor, y: Tensor, w: Tensor) -> Tensor:
         [out] = self.poly([w, x, y])
