@@ -102,6 +102,9 @@ def _names_known(cases, plugins, command: str) -> bool:  # noqa: ANN001
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # First, so that the server's imports overlap with ours (the name check imports the
+    # registry); it exits with this process if a name is unknown.
+    _start_fork_server(args)
     cases = list(expand(
         level=args.level, workloads=_csv(args.workload), implementations=_csv(args.implementation),
         directions=_csv(args.direction), precisions=_csv(args.precision), batches=args.batch,
@@ -109,7 +112,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     ))
     if not _names_known(cases, args.plugin or (), "equibench run"):
         return 2
-    _start_fork_server(args)
     from equibench.runner import run_cases
 
     frame = run_cases(cases, _settings(args), args.out, progress=not args.quiet)
@@ -128,10 +130,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             args.implementation, "--device", args.device, "--out", args.out,
             *(["--quiet"] if args.quiet else [])])
 
+    _start_fork_server(args, cfg)  # first: its imports overlap with the name check's
     cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
     if not _names_known(cases, cfg["plugins"], f"equibench sweep: suite {args.suite}"):
         return 2
-    _start_fork_server(args, cfg)
     from equibench.devices import exclusive
     from equibench.runner import run_cases
 

