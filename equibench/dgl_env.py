@@ -9,7 +9,9 @@ in the main environment, where its ``+dgl`` cases come out ``unavailable`` with 
 the build gave. Delete the status file to try again.
 
 Status file (JSON): ``ok`` (bool), ``python`` (the environment's interpreter), ``reason``
-(why it is not usable; empty when ok), ``log`` (the build's output), ``finished``.
+(why it is not usable; empty when ok), ``torch_source`` (the PyTorch CPU index, or PyPI's
+CUDA build when that index is unreachable, as here), ``versions`` (dgl and torch as
+imported), ``log`` (the build's output), ``finished``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ VENV = ".venv-dgl"
 # Set in a sweep whose DGL environment could not be built; dgl_unavailable() quotes it.
 ERROR_VARIABLE = "EQUIBENCH_DGL_ENV_ERROR"
 _CHECK = "import dgl, dgl.ops, torch, equibench; print(dgl.__version__, torch.__version__)"
+_SOURCE_LINE = "torch source: "  # printed by the build script
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -49,6 +52,7 @@ def build(status_path: str | Path, log_path: str | Path, venv: str = VENV,
     except subprocess.TimeoutExpired as err:
         output, code = f"{err.stdout or ''}{err.stderr or ''}", None
     log.write_text(output)
+    versions: dict[str, str] = {}
     if code is None:
         reason = f"building it took longer than {timeout_s:.0f} s"
     elif code != 0:
@@ -57,7 +61,13 @@ def build(status_path: str | Path, log_path: str | Path, venv: str = VENV,
         check = subprocess.run([python, "-c", _CHECK], capture_output=True, text=True)
         reason = "" if check.returncode == 0 else (
             f"dgl does not import in {venv_dir}: {_tail(check.stderr)}")
-    status = {"ok": not reason, "python": python, "reason": reason, "log": str(log),
+        if not reason:
+            versions = dict(zip(("dgl", "torch"), check.stdout.split()[-2:], strict=True))
+    sources = [line.removeprefix(_SOURCE_LINE) for line in output.splitlines()
+               if line.startswith(_SOURCE_LINE)]
+    status = {"ok": not reason, "python": python, "reason": reason,
+              "torch_source": sources[-1] if sources else "",
+              "versions": versions, "log": str(log),
               "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     with atomic_write(status_path, "w") as handle:
         handle.write(json.dumps(status, indent=2) + "\n")

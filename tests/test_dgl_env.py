@@ -2,8 +2,11 @@
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 from equibench.implementations.se3_transformer import graph_ops
 
@@ -74,3 +77,25 @@ def test_an_ok_environment_that_is_this_one_runs_here(tmp_path):
     path = tmp_path / "dgl.json"
     path.write_text(json.dumps({"ok": True, "python": sys.executable, "reason": ""}))
     dgl_env.enter(path, ["sweep"])  # already inside: returns instead of exec
+
+
+STATUS = Path(__file__).resolve().parent.parent / "results" / "envs" / "dgl.json"
+BUILT = STATUS.exists() and json.loads(STATUS.read_text()).get("ok", False)
+
+
+@pytest.mark.skipif(not BUILT, reason="no DGL environment: build it with `equibench dgl-env "
+                    "--status results/envs/dgl.json --log results/envs/dgl.log` (.ci/run does)")
+def test_a_dgl_case_runs_in_its_environment_and_passes_the_gate(tmp_path):
+    status = dgl_env.read_status(STATUS)
+    out = tmp_path / "dgl.parquet"
+    subprocess.run([status["python"], "-m", "equibench.cli", "run", "--level", "model",
+                    "--workload", "se3t-qm9-small", "--implementation", "basis",
+                    "--variant", "optimized+dgl", "--direction", "train_step",
+                    "--precision", "float32", "--batch", "4", "--rounds", "1",
+                    "--budget", "0.2", "--out", str(out), "--quiet"],
+                   check=True, timeout=600)
+    row = pd.read_parquet(out).iloc[0]
+    assert row["status"] == "ok", row["reason"]
+    assert row["max_scaled_err"] <= row["tolerance"]
+    assert json.loads(row["extra"])["switches"]["graph_ops"] == "dgl"
+    assert row["version_torch"].startswith("2.2.")

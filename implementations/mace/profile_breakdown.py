@@ -19,6 +19,7 @@ MACE part: :data:`MACE_RULES` over the module names of a mace-torch model
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ from torch.autograd.profiler import record_function
 from torch.autograd.profiler_util import FunctionEvent
 
 _EVALUATE = "autograd::engine::evaluate_function: "
+# torch 2.2 (the DGL environment) logs every profiler stage to stderr; read when the
+# profiler first starts, so setting it here is in time.
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 
 @dataclass(frozen=True)
