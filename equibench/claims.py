@@ -19,6 +19,10 @@ Verdict rule, per claim and machine:
 - ``different hardware``: rows matched, but the machine (the GPU name, else the CPU model)
   does not name the claim's ``hardware`` (as a token: ``A100`` is in
   ``NVIDIA A100-SXM4-80GB``, not in ``RTX A1000``); never ``reproduced``;
+- ``different size``: the hardware matches, but the claim's batch was not run there, so the
+  value is at the largest batch that was (a claim whose selectors fix one batch is measured
+  at the largest batch both sides ran when its own is missing, e.g. the claims preset's
+  smaller CPU sizes, and the note names both batches);
 - ``reproduced``: the hardware matches and the interval's lower bound is at least
   ``claimed / tolerance`` (tolerance 1.1 by default: the claim holds to within 10%, and
   noise alone cannot carry it, since the whole interval must clear the bar);
@@ -33,7 +37,7 @@ import math
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +51,7 @@ from equibench.results import code_path
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 DIFFERENT_HARDWARE = "different hardware"
+DIFFERENT_SIZE = "different size"
 NOT_MEASURED = "not measured"
 
 # quantity -> bigger is better
@@ -112,6 +117,22 @@ class Claim:
     @property
     def higher_is_better(self) -> bool:
         return QUANTITIES[self.quantity]
+
+    @property
+    def batch(self) -> int | None:
+        """The one batch both selectors fix (the claim's own size), else None."""
+        batch = self.numerator.get("batch")
+        if not isinstance(batch, int) or isinstance(batch, bool):
+            return None
+        return batch if self.denominator is None or self.denominator.get("batch") == batch \
+            else None
+
+    def at_any_batch(self) -> Claim:
+        """The same claim with its batch left free (pairs then match batch to batch)."""
+        def free(selector: Mapping[str, object]) -> dict[str, object]:
+            return {k: v for k, v in selector.items() if k != "batch"}
+        return replace(self, numerator=free(self.numerator),
+                       denominator=None if self.denominator is None else free(self.denominator))
 
 
 @dataclass(frozen=True)
@@ -391,17 +412,56 @@ def evaluate_claim(claim: Claim, frame: pd.DataFrame, resamples: int = BOOTSTRAP
     # about, and synthetic rows were never measured: neither ever counts.
     excluded = ok["extra"].map(_excluded)
     pairs = _pairs(claim, ok[excluded == ""])
-    if pairs.empty:
-        matched = _pairs(claim, ok)
-        note = "no matching ok rows"
-        if not matched.empty:
-            indices = [*matched["num_index"], *matched.get("den_index", [])]
-            reasons = sorted({excluded[i] for i in indices} - {""})
-            note = "only rows that cannot count matched: " + "; ".join(reasons)
-        return [ClaimResult(claim, NOT_MEASURED, note=note)]
     boot = _Bootstrap(claim.quantity, resamples, seed)
-    return [_evaluate_machine(claim, boot, ok, group, str(machine), run_spread)
-            for machine, group in pairs.groupby("machine", sort=True)]
+    found = [_evaluate_machine(claim, boot, ok, group, str(machine), run_spread)
+             for machine, group in pairs.groupby("machine", sort=True)]
+    if claim.batch is not None:  # machines that did not run the claim's own batch
+        found += _at_largest_batch(claim, boot, ok[excluded == ""], set(pairs["machine"]),
+                                   run_spread)
+    return found or [ClaimResult(claim, NOT_MEASURED,
+                                 note=_why_not_measured(claim, ok, excluded, frame))]
+
+
+def _at_largest_batch(claim: Claim, boot: _Bootstrap, eligible: pd.DataFrame,
+                      done: set[str], run_spread: float) -> list[ClaimResult]:
+    """The claim on each machine not in ``done`` at the largest batch both sides ran there
+    (its own batch was not): never ``reproduced`` (:data:`DIFFERENT_SIZE` at best)."""
+    free = claim.at_any_batch()
+    pairs = _pairs(free, eligible)
+    found = []
+    for machine, group in pairs[~pairs["machine"].isin(done)].groupby("machine", sort=True):
+        batch = int(group["batch"].max())
+        result = _evaluate_machine(free, boot, eligible, group[group["batch"] == batch],
+                                   str(machine), run_spread)
+        size = (f"at batch {batch}, not the claim's {claim.batch}: the largest batch run "
+                "on this machine")
+        found.append(replace(
+            result, claim=claim,
+            verdict=DIFFERENT_SIZE if result.hardware_match else DIFFERENT_HARDWARE,
+            note="; ".join(n for n in (size, result.note) if n)))
+    return found
+
+
+def _why_not_measured(claim: Claim, ok: pd.DataFrame, excluded: pd.Series,
+                      frame: pd.DataFrame) -> str:
+    """The note of a claim with no pair that counts: the rows that matched but cannot
+    count, else the reasons its cases did not run (e.g. a GPU-only implementation)."""
+    matched = _pairs(claim, ok)
+    if not matched.empty:
+        indices = [*matched["num_index"], *matched.get("den_index", [])]
+        reasons = sorted({excluded[i] for i in indices} - {""})
+        return "only rows that cannot count matched: " + "; ".join(reasons)
+    free = claim if claim.batch is None else claim.at_any_batch()
+    sides = [free.numerator, *([free.denominator] if free.denominator is not None else [])]
+    failed = pd.concat([_select(frame, side) for side in sides])
+    failed = failed[failed["status"] != "ok"]
+    reasons = list(dict.fromkeys(
+        f"{r.implementation} {r.precision}: {r.status} ({r.reason})"
+        for r in failed.itertuples()))
+    if not reasons:
+        return "no matching ok rows"
+    more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+    return "no matching ok rows: " + "; ".join(reasons[:3]) + more
 
 
 def evaluate(claims: Iterable[Claim], frame: pd.DataFrame, resamples: int = BOOTSTRAP_RESAMPLES,

@@ -113,12 +113,14 @@ def suite(config: Mapping, name: str) -> Mapping:
 
 def suite_cases(config: Mapping, suite_name: str, implementation: str, device: str
                 ) -> list[Case]:
-    """The cases of one job, in a stable order (``implementation`` may be ``all``)."""
+    """The cases of one job, in a stable order (``implementation`` may be ``all``). On a
+    CPU a suite's ``cpu_batches``, where it has them, replace its ``batches``."""
     block = suite(config, suite_name)
     implementations = (block["implementations"] if implementation == ALL_IMPLEMENTATIONS
                        else [implementation])
+    batches = block.get("cpu_batches", block["batches"]) if device == "cpu" else block["batches"]
     return list(expand(
         level=block["level"], workloads=block["workloads"], implementations=implementations,
         directions=block["directions"], precisions=block["precisions"],
-        batches=block["batches"], device=device, variants=block.get("variants", ["default"]),
+        batches=batches, device=device, variants=block.get("variants", ["default"]),
     ))

@@ -11,6 +11,7 @@ from equibench.dashboards.sample import A100, synthetic_results
 from equibench import claims, cli_reports, results
 from equibench.claims import (
     DIFFERENT_HARDWARE,
+    DIFFERENT_SIZE,
     NOT_MEASURED,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -67,10 +68,10 @@ def test_packaged_claims_cover_the_reference():
         assert c.source and c.statement and c.hardware and c.claimed > 0
         assert c.measurable or c.reason
     unmeasurable = {(c.id, c.version) for c in loaded if not c.measurable}
-    assert unmeasurable == {("se3t-time-to-train", ""), ("transformer-codesign", ""),
-                            ("se3t-max-batch", ""), ("se3t-train-memory", 'blog, "43x"')}
+    assert unmeasurable == {("se3t-time-to-train", ""), ("transformer-codesign", "")}
+    # NVIDIA's AMP figures are float16 autocast with float32 weights.
     max_batch = next(c for c in loaded if c.id == "se3t-max-batch")
-    assert "float16" in max_batch.reason
+    assert max_batch.numerator["precision"] == "amp-float16"
 
 
 def test_packaged_claims_on_sample_results(frame):
@@ -169,6 +170,52 @@ def test_max_batch_ratio_counts_only_ok_batches():
                    numerator={"variant": "low-memory"}, denominator={"variant": "baseline"})
     (result,) = _evaluate_claim(claim, frame)
     assert result.measured == pytest.approx(10) and result.verdict == REPRODUCED
+
+
+def _se3t_row(variant: str, batch: int, gpu: str, t: float, status: str = "ok",
+              reason: str = "") -> dict:
+    ok = status == "ok"
+    return dict(run_id="r", level="model", workload="se3t-qm9", implementation="basis",
+                variant=variant, direction="train_step", precision="float32", batch=batch,
+                device="cuda:0" if gpu else "cpu", status=status, reason=reason,
+                gpu_name=gpu, cpu_model="Xeon", host="h", time_median_s=t if ok else math.nan,
+                time_samples=[t] * 5 if ok else [])
+
+
+def test_a_claim_missing_its_own_batch_is_measured_at_the_largest_batch_run():
+    claim = _claim(quantity="time", claimed=10, hardware="A100",
+                   numerator={"variant": "nvidia-default", "batch": 100},
+                   denominator={"variant": "baseline", "batch": 100})
+    assert claim.batch == 100 and "batch" not in claim.at_any_batch().numerator
+    # Batches 4 and 8 on a CPU, 8 on an A100: the CPU uses 8, never 4, and no pair mixes
+    # batches; the A100 matches the hardware but not the size.
+    cpu = [_se3t_row("baseline", b, "", 1.0 * b) for b in (4, 8)] + [
+        _se3t_row("nvidia-default", b, "", 0.5 * b if b == 4 else 0.25 * b) for b in (4, 8)]
+    gpu = [_se3t_row("baseline", 8, A100, 0.1), _se3t_row("nvidia-default", 8, A100, 0.01)]
+    found = _by_machine(_evaluate_claim(claim, results.to_frame(cpu + gpu)))
+    on_cpu = found["Xeon"]
+    assert on_cpu.verdict == DIFFERENT_HARDWARE and on_cpu.pairs == 1
+    assert on_cpu.measured == pytest.approx(4.0)
+    assert "at batch 8, not the claim's 100" in on_cpu.note
+    assert found[A100].verdict == DIFFERENT_SIZE and found[A100].measured == pytest.approx(10)
+    # Where the claim's own batch ran, only it counts there and the verdict is the usual
+    # one; the CPU, which did not run it, is still measured at its largest batch.
+    own = cpu + gpu + [_se3t_row("baseline", 100, A100, 1.0),
+                       _se3t_row("nvidia-default", 100, A100, 0.05)]
+    found = _by_machine(_evaluate_claim(claim, results.to_frame(own)))
+    assert found[A100].verdict == REPRODUCED and found[A100].measured == pytest.approx(20)
+    assert found["Xeon"].measured == pytest.approx(4.0)
+
+
+def test_a_claim_that_could_not_run_quotes_why():
+    claim = _claim(numerator={"variant": "nvidia-default", "batch": 100},
+                   denominator={"variant": "baseline", "batch": 100})
+    rows = [_se3t_row("baseline", 8, "", 1.0),
+            _se3t_row("nvidia-default", 8, "", 0, status="unavailable",
+                      reason="openequivariance needs CUDA")]
+    (result,) = _evaluate_claim(claim, results.to_frame(rows))
+    assert result.verdict == NOT_MEASURED
+    assert "unavailable (openequivariance needs CUDA)" in result.note
 
 
 def test_bad_claims_files_are_named(tmp_path):

@@ -4,7 +4,7 @@ from equibench import config
 
 
 def test_presets_validate():
-    for preset in ("quick", "full"):
+    for preset in ("quick", "full", "claims"):
         cfg = config.resolve({"preset": preset})
         assert cfg["name"] == preset
         assert list(config.jobs({**cfg, "device": "cpu"}))
@@ -46,6 +46,34 @@ def test_suite_cases():
     assert {c.precision for c in cases} == {"float32", "float64"}
     assert {c.workload for c in cases} == {"mace-large", "nequip-benzene-1parity"}
     assert all(c.implementation == "e3nn" and c.device == "cpu" for c in cases)
+
+
+def test_cpu_batches_replace_batches_on_a_cpu_only():
+    cfg = config.resolve({"preset": "claims"})
+    on_cpu = config.suite_cases(cfg, "se3t-fp32", "all", "cpu")
+    on_gpu = config.suite_cases(cfg, "se3t-fp32", "all", "cuda:0")
+    assert {c.batch for c in on_cpu} == {8}
+    assert {c.batch for c in on_gpu} == {100, 200, 400}
+    # A suite without cpu_batches runs its batches everywhere.
+    assert {c.batch for c in config.suite_cases(cfg, "se3t-tf32", "all", "cpu")} == {240}
+
+
+def test_claims_preset_runs_every_measurable_claims_cases():
+    """Each measurable claim's selectors match cases of the claims preset (on a GPU, at the
+    claim's own batch), so no claim is left unmeasured for want of a case."""
+    import pandas as pd
+
+    from equibench import claims
+
+    cfg = config.resolve({"preset": "claims"})
+    cases = pd.DataFrame([
+        vars(c) for suite in cfg["suites"]
+        for c in config.suite_cases(cfg, suite["name"], "all", "cuda:0")])
+    for claim in claims.load():
+        if not claim.measurable:
+            continue
+        for side in (claim.numerator, claim.denominator or {}):
+            assert not claims._select(cases, side).empty, (claim.id, claim.version, side)
 
 
 def test_per_suite_jobs_sweep_every_implementation_of_a_suite():
