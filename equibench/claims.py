@@ -90,6 +90,8 @@ class Claim:
     tolerance: float = 1.1
     measurable: bool = True
     reason: str = ""
+    # What GPU-only thing the claim's cases need ('' if none): said where none of them ran.
+    needs_gpu: str = ""
 
     def __post_init__(self) -> None:
         if self.quantity not in QUANTITIES:
@@ -458,6 +460,8 @@ def _why_not_measured(claim: Claim, ok: pd.DataFrame, excluded: pd.Series,
     reasons = list(dict.fromkeys(
         f"{r.implementation} {r.precision}: {r.status} ({r.reason})"
         for r in failed.itertuples()))
+    if not reasons and claim.needs_gpu and failed.empty:
+        return f"needs a GPU ({claim.needs_gpu}); none of its cases ran here"
     if not reasons:
         return "no matching ok rows"
     more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""

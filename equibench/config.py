@@ -98,10 +98,18 @@ def jobs(config: Mapping) -> Iterator[tuple[str, str, str]]:
     per_suite = config["jobs"] == "per-suite"
     for device in resolve_devices(config["device"]):
         for suite in config["suites"]:
+            if not batches(suite, device):
+                continue  # cpu_batches: [] (a suite for GPUs only)
             implementations = ([ALL_IMPLEMENTATIONS] if per_suite
                                else suite["implementations"])
             for implementation in implementations:
                 yield suite["name"], implementation, device
+
+
+def batches(block: Mapping, device: str) -> list[int]:
+    """A suite's batches on ``device``: its ``cpu_batches`` on a CPU where it has them (an
+    empty list: the suite does not run on a CPU), else its ``batches``."""
+    return block.get("cpu_batches", block["batches"]) if device == "cpu" else block["batches"]
 
 
 def suite(config: Mapping, name: str) -> Mapping:
@@ -113,14 +121,14 @@ def suite(config: Mapping, name: str) -> Mapping:
 
 def suite_cases(config: Mapping, suite_name: str, implementation: str, device: str
                 ) -> list[Case]:
-    """The cases of one job, in a stable order (``implementation`` may be ``all``). On a
-    CPU a suite's ``cpu_batches``, where it has them, replace its ``batches``."""
+    """The cases of one job, in a stable order (``implementation`` may be ``all``), at the
+    suite's :func:`batches` for ``device``."""
     block = suite(config, suite_name)
     implementations = (block["implementations"] if implementation == ALL_IMPLEMENTATIONS
                        else [implementation])
-    batches = block.get("cpu_batches", block["batches"]) if device == "cpu" else block["batches"]
     return list(expand(
         level=block["level"], workloads=block["workloads"], implementations=implementations,
         directions=block["directions"], precisions=block["precisions"],
-        batches=batches, device=device, variants=block.get("variants", ["default"]),
+        batches=batches(block, device), device=device,
+        variants=block.get("variants", ["default"]),
     ))

@@ -216,6 +216,12 @@ def test_a_claim_that_could_not_run_quotes_why():
     (result,) = _evaluate_claim(claim, results.to_frame(rows))
     assert result.verdict == NOT_MEASURED
     assert "unavailable (openequivariance needs CUDA)" in result.note
+    # None of its cases ran (a GPU-only suite on a CPU): the claim says what it needs.
+    gpu_only = _claim(numerator={"implementation": "openequivariance"},
+                      needs_gpu="OpenEquivariance's CUDA/HIP kernels")
+    (result,) = _evaluate_claim(gpu_only, results.to_frame(rows))
+    assert result.note == ("needs a GPU (OpenEquivariance's CUDA/HIP kernels); none of its "
+                           "cases ran here")
 
 
 def test_bad_claims_files_are_named(tmp_path):

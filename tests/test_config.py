@@ -52,10 +52,15 @@ def test_cpu_batches_replace_batches_on_a_cpu_only():
     cfg = config.resolve({"preset": "claims"})
     on_cpu = config.suite_cases(cfg, "se3t-fp32", "all", "cpu")
     on_gpu = config.suite_cases(cfg, "se3t-fp32", "all", "cuda:0")
-    assert {c.batch for c in on_cpu} == {8}
+    assert {c.batch for c in on_cpu} == {16}
     assert {c.batch for c in on_gpu} == {100, 200, 400}
-    # A suite without cpu_batches runs its batches everywhere.
-    assert {c.batch for c in config.suite_cases(cfg, "se3t-tf32", "all", "cpu")} == {240}
+    # A suite without cpu_batches runs its batches everywhere; an empty list, GPUs only.
+    assert {c.batch for c in config.suite_cases(cfg, "se3t-amp", "all", "cuda:0")} == {
+        100, 200, 400, 1000}
+    jobs = {(suite, device) for suite, _, device in config.jobs({**cfg, "device": "cpu"})}
+    assert ("se3t-fp32", "cpu") in jobs and ("oeq-tp", "cpu") not in jobs
+    assert ("oeq-tp", "cuda:0") in set(
+        (suite, device) for suite, _, device in config.jobs({**cfg, "device": ["cuda:0"]}))
 
 
 def test_claims_preset_runs_every_measurable_claims_cases():
