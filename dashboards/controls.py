@@ -24,9 +24,12 @@ def _order(tags: Sequence[str]) -> list[str]:
     return sorted(set(tags), key=lambda t: (not t.endswith(SEPARATOR + "float32"), t))
 
 
-def add_selector(fig: go.Figure, tags: Sequence[str | None]) -> go.Figure:
+def add_selector(fig: go.Figure, tags: Sequence[str | None],
+                 label: str = "device · precision") -> go.Figure:
     """Show one device/precision at a time; ``tags[i]`` belongs to trace i (None: always
-    shown). With a single combination there is nothing to choose and no menu."""
+    shown). With a single combination there is nothing to choose and no menu, and a note
+    names it as ``label: tag``. ``label`` says what a tag is: ``device`` where a figure
+    puts the precisions on its x axis and tags its traces by machine alone."""
     if len(tags) != len(fig.data):
         raise ValueError(f"{len(tags)} tags for {len(fig.data)} traces")
     choices = _order([t for t in tags if t is not None])
@@ -39,7 +42,7 @@ def add_selector(fig: go.Figure, tags: Sequence[str | None]) -> go.Figure:
     for trace, shown in zip(fig.data, visible(choices[0]), strict=True):
         trace.visible = shown
     if len(choices) == 1:
-        fig.add_annotation(text=f"device · precision: {choices[0]}", showarrow=False,
+        fig.add_annotation(text=f"{label}: {choices[0]}", showarrow=False,
                            xref="paper", yref="paper", x=0, y=1.0, yshift=30,
                            xanchor="left", yanchor="bottom")
         return fig

@@ -29,7 +29,7 @@ from equibench.compare import (
 from equibench.paired import summary
 
 CASE = ["level", "workload", "direction", "machine", "device"]
-LEVEL_ORDER = ("tp", "conv", "model")
+LEVEL_ORDER = ("tp", "conv", "model", "md")
 PREFERRED_PRECISION = "float32"
 # The columns that identify one row among the latest ok rows (compare.latest_ok's key).
 ROW_KEY = [*MATCH_COLUMNS, *SAME_MACHINE, "run_id"]

@@ -35,7 +35,7 @@ th { background: #f3f3f3; }
 .headline td:nth-child(5) { font-weight: 600; }
 .verdict-reproduced { background: #d3f9d8; }
 .verdict-not-reproduced { background: #ffe3e3; }
-.verdict-different-hardware { background: #fff3bf; }
+.verdict-different-hardware, .verdict-different-size { background: #fff3bf; }
 .verdict-not-measured { color: #777; }
 """
 
@@ -54,6 +54,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("tp.html", "Tensor products", "Tensor products"),
     PageSpec("conv.html", "Convolutions", "Convolutions (TP fused with gather/scatter)"),
     PageSpec("models.html", "Models", "Models (MACE, SE(3)-Transformer)"),
+    PageSpec("md.html", "MD", "Molecular dynamics"),
     PageSpec("roofline.html", "Roofline", "Roofline"),
     PageSpec("memory.html", "Memory", "Peak memory"),
     PageSpec("history.html", "History", "History across commits"),

@@ -23,10 +23,12 @@ A100 = "NVIDIA A100-SXM4-80GB"
 CPU = "AMD EPYC 7763"
 # seconds per work item of e3nn, forward, float32, on the CPU
 WORK = {"mace-large": 2e-4, "nequip-water": 4e-6, "mace-large@qm9": 1e-3, "se3t-qm9": 5e-3,
-        "mace-qm9": 2e-3}
+        "mace-qm9": 2e-3, "water-box": 2e-2}
 # implementation -> time factor against e3nn
 FACTOR = {"e3nn": 1.0, "cuequivariance": 0.5, "openequivariance": 0.1, "basis": 1.0}
-DIRECTION_FACTOR = {"forward": 1.0, "backward": 2.5, "train_step": 3.0, "inference": 1.0}
+DIRECTION_FACTOR = {"forward": 1.0, "backward": 2.5, "train_step": 3.0, "inference": 1.0,
+                    "nve": 1.0}
+UNITS = {"tp": "products/s", "md": "steps/s"}  # else structures/s
 # (host, GPU name, speed over the CPU)
 MACHINES = (("cpu-host", "", 1.0), ("gpu-host", A100, 200.0))
 
@@ -53,6 +55,9 @@ def _rows(rng: np.random.Generator, commit: str, run_id: str) -> Iterator[dict]:
                   for v in ("baseline", "nvidia-default") for b in (100, 240)]
         cases += [("model", "mace-qm9", i, "default", "inference", "float32", b)
                   for i in ("e3nn", "openequivariance") for b in (16, 32)]
+        cases += [("md", "water-box", i, "default", "nve", p, 20)
+                  for i in ("e3nn", "cuequivariance", "openequivariance")
+                  for p in ("float32", "float64")]
         for level, workload, impl, variant, direction, precision, batch in cases:
             key = dict(level=level, workload=workload, implementation=impl, variant=variant,
                        direction=direction, precision=precision, batch=batch, **env)
@@ -63,8 +68,11 @@ def _rows(rng: np.random.Generator, commit: str, run_id: str) -> Iterator[dict]:
             median = (WORK[workload] * batch * factor * DIRECTION_FACTOR[direction]
                       * (2.0 if precision == "float64" else 1.0) / speed)
             samples = _samples(rng, median, 20)
-            flops = 3e4 * batch if level == "tp" else 1e7 * batch
+            # md rows have no cost model, as measured ones: they stay off the roofline.
+            flops = {"tp": 3e4 * batch, "md": float("nan")}.get(level, 1e7 * batch)
             extra = {**peaks, "synthetic": True}
+            if level == "md":
+                extra.update(_md_extra(batch / float(np.median(samples)), precision))
             if level == "model":
                 extra["breakdown"] = {"tensor product": 0.6 * median, "radial MLP": 0.25 * median,
                                       "other": 0.15 * median}
@@ -72,7 +80,7 @@ def _rows(rng: np.random.Generator, commit: str, run_id: str) -> Iterator[dict]:
                    "time_iqr_s": float(np.subtract(*np.percentile(samples, [75, 25]))),
                    "time_samples": samples, "repeats": len(samples),
                    "throughput": batch / float(np.median(samples)),
-                   "throughput_unit": "products/s" if level == "tp" else "structures/s",
+                   "throughput_unit": UNITS.get(level, "structures/s"),
                    "peak_mem_bytes": int(batch * 2**16 * factor),
                    "peak_mem_method": "cuda_allocator" if gpu else "rss_growth",
                    "flops": flops, "bytes": flops / 4,
@@ -83,6 +91,14 @@ def _rows(rng: np.random.Generator, commit: str, run_id: str) -> Iterator[dict]:
                variant="default", direction="forward", precision="float32", batch=64,
                device="cpu", status="error", reason="<script>alert('x')</script>",
                host="cpu-host", cpu_model=CPU, git_commit=commit)
+
+
+def _md_extra(steps_per_s: float, precision: str) -> dict:
+    """What an md row records (``equibench.levels.md``) for a 24-atom run of 0.5 fs steps."""
+    return {"ns_per_day": steps_per_s * 0.5e-6 * 86_400, "steps_per_s": steps_per_s,
+            "atom_steps_per_s": 24 * steps_per_s, "atoms": 24, "timestep_fs": 0.5,
+            "first_step_s": 2.5, "simulated_ps": 0.1,
+            "drift_mev_per_atom_ps": 0.4 if precision == "float32" else 0.01}
 
 
 def synthetic_results(seed: int = 0, commit: str = "c0ffee0000", run_id: str = "sample"

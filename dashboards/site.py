@@ -1,10 +1,10 @@
 """The static dashboard site: HTML pages that work offline, from a server or the file system.
 
 ``write_site(frame, out_dir)`` writes index.html (headline, claims, runs, environment),
-tp.html, conv.html, models.html (a section per model family), roofline.html, memory.html
-and history.html, each figure's data as CSV beside its page, results.csv, and Plotly's
-JavaScript once, as plotly.min.js from the installed ``plotly`` package (no CDN), which
-every page with a figure loads. Sections without rows say "no rows".
+tp.html, conv.html, models.html (a section per model family), md.html (molecular dynamics),
+roofline.html, memory.html and history.html, each figure's data as CSV beside its page,
+results.csv, and Plotly's JavaScript once, as plotly.min.js from the installed ``plotly``
+package (no CDN), which every page with a figure loads. Sections without rows say "no rows".
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-from equibench.dashboards import figures, headline
+from equibench.dashboards import figures, headline, md
 from equibench.dashboards.figures import Chart
 from equibench.dashboards.layout import (
     PAGES,
@@ -62,6 +62,17 @@ HEADLINE_RULE = (
     "an ok e3nn row the line names the row it is compared with instead. Peak memory is one "
     "call's extra memory (CUDA caching allocator on GPUs, resident-set growth on CPUs); "
     "'not measured' where the row has none. Only ok rows count.")
+MD_INTRO = (
+    "Velocity-Verlet NVE runs of a structure with a model's forces on each backend "
+    "(<code>equibench/levels/md.py</code>); the neighbour list is rebuilt with vesin at every "
+    "step, inside the timed call. Every ok row first matched the e3nn float64 model's energy "
+    "and forces on its first frame.")
+MD_DRIFT_NOTE = (
+    "Drift: the slope of the total energy over the whole run (every call, from the first "
+    "frame), per atom; the run's length is in each row (<code>extra.simulated_ps</code>), and "
+    "a short run measures the integrator's fluctuation as much as a drift. First step: the "
+    "model's set-up on the backend (conversion, compilation, kernel build) and its first MD "
+    "step.")
 
 
 @dataclass(frozen=True)
@@ -265,6 +276,9 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
         "models.html": [_intro("Whole models, a section per model family; the "
                                "implementation is the tensor-product backend, the variant "
                                "the model's option set."), *_models(frame)],
+        "md.html": [_intro(MD_INTRO), md.ns_per_day(frame),
+                    "<h2>Energy drift (NVE)</h2>" + _intro(MD_DRIFT_NOTE)
+                    + table(md.drift_table(frame))],
         "roofline.html": [_intro("FLOPs and bytes come from the cost model (ideal minimum "
                                  "traffic), so intensity is a property of the workload."),
                           figures.roofline(frame, _peaks(frame, probe))],

@@ -6,16 +6,16 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 
-LEVELS = ("tp", "conv", "model")
-DIRECTIONS = ("forward", "backward", "double_backward", "inference", "train_step")
+LEVELS = ("tp", "conv", "model", "md")
+DIRECTIONS = ("forward", "backward", "double_backward", "inference", "train_step", "nve")
 
 
 @dataclass(frozen=True, order=True)
 class Case:
     """One benchmark case.
 
-    ``batch`` counts the independent work items of one call: tensor products for
-    ``tp``, structures for ``conv`` and ``model``.
+    ``batch`` counts the work items of one call: tensor products for ``tp``, structures
+    for ``conv`` and ``model``, MD steps for ``md``.
     """
 
     level: str
@@ -66,7 +66,7 @@ def expand(
     Where several variants are given, an implementation gets at the ``tp`` and ``conv``
     levels only those it has (a suite can list ``[default, ir_mul, reuse-plan]`` for several
     implementations); a single variant is asked for explicitly, and an implementation without
-    it gets an ``unavailable`` row saying so. Model-level variants are the model families'.
+    it gets an ``unavailable`` row saying so. Model and md variants are the model families'.
     """
     variants = list(variants)
     for w, i, v, d, p, b in itertools.product(
@@ -80,7 +80,7 @@ def expand(
 def _has_variant(level: str, implementation: str, variant: str) -> bool:
     """Whether ``implementation`` has ``variant`` at ``level``; True where only its case
     process can answer (a model level, an implementation that a plugin registers there)."""
-    if level == "model" or variant == "default":
+    if level in ("model", "md") or variant == "default":
         return True
     from equibench import registry  # imports torch and this module
 

@@ -6,10 +6,15 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from equibench import config as config_mod
 from equibench.cases import DIRECTIONS, LEVELS, expand
+
+if TYPE_CHECKING:
+    from equibench.custom_workloads import CustomWorkload
 
 # torch, e3nn and pandas are imported inside the commands that need them, so that quick
 # commands (help, datasets info, config) start in well under a second.
@@ -43,7 +48,21 @@ def _start_fork_server(args: argparse.Namespace, cfg: dict | None = None) -> Non
     fork_server.start(_cpu_allocator(args, cfg))
 
 
-def _settings(args: argparse.Namespace, cfg: dict | None = None):
+def _custom_workloads(args: argparse.Namespace, cfg: dict | None = None
+                      ) -> list[CustomWorkload]:
+    """The user's tensor-product workloads (the configuration's ``workloads:``, ``--tp``),
+    registered here for the name check; the run settings carry them to the case processes
+    (``_settings``). A bad definition is a ``SpecError`` saying how to write it."""
+    from equibench import custom_workloads
+
+    defined = [*custom_workloads.from_config((cfg or {}).get("workloads", [])),
+               *custom_workloads.parse_all(getattr(args, "tp", None) or [])]
+    custom_workloads.register(defined)
+    return defined
+
+
+def _settings(args: argparse.Namespace, cfg: dict | None = None,
+              workloads: Sequence[CustomWorkload] = ()):
     from equibench.measure import MeasureConfig
     from equibench.runner import RunSettings
     from equibench.schema import defaults
@@ -64,6 +83,7 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None):
         measure=measure,
         cpu_allocator=_cpu_allocator(args, cfg),
         plugins=tuple(given["plugins"]) + tuple(getattr(args, "plugin", None) or []),
+        workloads=tuple(w.definition for w in workloads),
     )
 
 
@@ -105,8 +125,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     # First, so that the server's imports overlap with ours (the name check imports the
     # registry); it exits with this process if a name is unknown.
     _start_fork_server(args)
+    defined = _custom_workloads(args)
+    # At level tp the --tp workloads are what runs unless --workload says otherwise; a conv
+    # workload needs its graph named (NAME@qm9).
+    workloads = _csv(args.workload or "") or ([w.name for w in defined] if args.level == "tp"
+                                               else [])
+    if not workloads:
+        raise ValueError("--workload is required (at level tp --tp alone will do; at level "
+                         "conv name a --tp workload with a graph: --workload NAME@qm9)")
     cases = list(expand(
-        level=args.level, workloads=_csv(args.workload), implementations=_csv(args.implementation),
+        level=args.level, workloads=workloads, implementations=_csv(args.implementation),
         directions=_csv(args.direction), precisions=_csv(args.precision), batches=args.batch,
         device=args.device, variants=_csv(args.variant),
     ))
@@ -114,7 +142,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     from equibench.runner import run_cases
 
-    frame = run_cases(cases, _settings(args), args.out, progress=not args.quiet)
+    frame = run_cases(cases, _settings(args, workloads=defined), args.out,
+                      progress=not args.quiet)
     _print_table(frame)
     return 0
 
@@ -131,6 +160,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             *(["--quiet"] if args.quiet else [])])
 
     _start_fork_server(args, cfg)  # first: its imports overlap with the name check's
+    defined = _custom_workloads(args, cfg)
     cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
     if not _names_known(cases, cfg["plugins"], f"equibench sweep: suite {args.suite}"):
         return 2
@@ -140,7 +170,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{len(cases)} cases: suite {args.suite}, {args.implementation}, {args.device}",
           flush=True)
     with exclusive(args.device, Path(args.out).parent / ".locks"):
-        frame = run_cases(cases, _settings(args, cfg), args.out, progress=not args.quiet,
+        frame = run_cases(cases, _settings(args, cfg, defined), args.out,
+                          progress=not args.quiet,
                           on_row=_log_row if args.quiet else None)
     _print_table(frame)
     return 0
@@ -255,7 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "value list is comma-separated. The implementations and "
                                    "variants of each case are timed in interleaved rounds.")
     p.add_argument("--level", choices=LEVELS, default="tp")
-    p.add_argument("--workload", required=True, help="e.g. mace-large,nequip-benzene-1parity")
+    p.add_argument("--workload", help="e.g. mace-large,nequip-benzene-1parity (level tp: "
+                                      "default the --tp workloads)")
+    p.add_argument("--tp", action="append", metavar="[NAME=]SPEC",
+                   help="define a tensor-product workload by irreps, 'IN1 x IN2 -> OUT "
+                        "[uvu|uvw]', e.g. 'my-tp=32x0e+32x1o x 0e+1o -> 32x0e+32x1o uvu' "
+                        "(named tp-<hash> without NAME=; at level conv run it as NAME@qm9); "
+                        "repeatable")
     p.add_argument("--implementation", required=True, help="e.g. e3nn,e3nn-compiled")
     p.add_argument("--variant", default="default",
                    help="model option sets, e.g. small,oeq (mace) or baseline,optimized (se3t); "

@@ -62,6 +62,18 @@ def _check_environments(config: Mapping) -> None:
                 "of their own")
 
 
+def _check_workloads(config: Mapping) -> None:
+    """Every user-defined workload is a tensor product (checked before any job runs)."""
+    if not config["workloads"]:
+        return  # without them, resolving imports neither torch nor e3nn
+    from equibench.custom_workloads import SpecError, from_config
+
+    try:
+        from_config(config["workloads"])
+    except SpecError as err:
+        raise ConfigError(f"invalid configuration at {err}") from None
+
+
 def resolve(config: Mapping) -> dict:
     """Merge the preset named by ``config['preset']`` under ``config`` and validate."""
     preset = config.get("preset", "quick")
@@ -69,6 +81,7 @@ def resolve(config: Mapping) -> dict:
     merged["preset"] = preset
     merged = validated(merged)
     _check_environments(merged)
+    _check_workloads(merged)
     return merged
 
 

@@ -48,6 +48,8 @@ def problems(case: Case) -> list[str]:
     found = []
     if case.precision not in PRECISIONS:
         found.append(_problem("precision", case.precision, list(PRECISIONS)))
+    if case.level == "md":
+        return [*found, *_md_problems(case)]
     if case.level == "model":
         families = registry.families()
         family = next((f for f in families if case.workload in f.workloads), None)
@@ -77,6 +79,24 @@ def problems(case: Case) -> list[str]:
                                   for name in registry.get(impl).variant_names(case.level)))
     if case.variant not in variants:
         found.append(_problem(f"{case.level} variant", case.variant, variants))
+    return found
+
+
+def _md_problems(case: Case) -> list[str]:
+    """Unknown names of an md case: its structure (a built-in or a file), its model (a
+    variant of a family that drives md), and that family's backend and direction."""
+    from equibench import registry, structures
+
+    found = [p for p in [structures.problem(case.workload)] if p]
+    family = registry.md_family(case.variant)
+    if family is None:
+        models = [v for f in registry.families() if f.md_directions for v in f.variants]
+        return [*found, _problem("md model (variant)", case.variant, models)]
+    where = f" for {family.prefix} md"
+    if case.implementation not in family.backends:
+        found.append(_problem("backend", case.implementation, family.backends, where))
+    if case.direction not in family.md_directions:
+        found.append(_problem("direction", case.direction, family.md_directions, where))
     return found
 
 

@@ -167,6 +167,11 @@ class ModelFamily:
     its ``variant`` the model options. ``build_bench`` returns a
     :class:`equibench.levels.Bench` whose ``reference`` is the float64 result of the
     family's reference backend on the same inputs and weights.
+
+    A family whose models are MD potentials also drives the ``md`` level
+    (:mod:`equibench.levels.md`): it names its MD runs in ``md_directions``, and its
+    ``supports`` and ``build_bench`` take md cases too, whose workload is a structure
+    (:mod:`equibench.structures`) and whose variant is the family's model.
     """
 
     prefix: ClassVar[str]
@@ -176,6 +181,7 @@ class ModelFamily:
     workloads: ClassVar[tuple[str, ...]] = ()
     variants: ClassVar[tuple[str, ...]] = ()
     directions: ClassVar[tuple[str, ...]] = ()
+    md_directions: ClassVar[tuple[str, ...]] = ()  # none: no md level
 
     def available(self, backend: str, device: str) -> str | None:
         return None
@@ -215,6 +221,12 @@ def model_family(workload: str) -> ModelFamily:
         f"no model family for workload {workload!r}; model workloads start with one of "
         f"{', '.join(sorted(_MODELS)) or '(none registered)'}"
     )
+
+
+def md_family(variant: str) -> ModelFamily | None:
+    """The family that drives an md case of model ``variant``: the first with MD
+    directions that has the variant (None: none has)."""
+    return next((f for f in families() if f.md_directions and variant in f.variants), None)
 
 
 def register(cls: type[Implementation]) -> type[Implementation]:
@@ -272,16 +284,14 @@ class CasePlugin:
 
 def plugin(case: Case) -> CasePlugin:
     """The :class:`CasePlugin` of ``case``."""
+    if case.level == "md":
+        return _md_plugin(case)
     if case.level == "model":
         family = model_family(case.workload)
 
-        def family_unavailable(device: str) -> str | None:
-            if case.implementation not in family.backends:
-                return (f"{family.prefix} has no backend {case.implementation!r}; backends: "
-                        f"{', '.join(family.backends)}")
-            return family.available(case.implementation, device)
-
-        return CasePlugin(f"{family.prefix} backend {case.implementation}", family_unavailable,
+        return CasePlugin(f"{family.prefix} backend {case.implementation}",
+                          lambda device: _backend_unavailable(family, case.implementation,
+                                                              device),
                           family.supports, family.precisions, family.build_bench)
     impl = get(case.implementation)
 
@@ -303,9 +313,33 @@ def plugin(case: Case) -> CasePlugin:
     return CasePlugin(impl.name, unavailable, supports, impl.precisions, build)
 
 
+def _md_plugin(case: Case) -> CasePlugin:
+    """An md case's plug-in: the model family of its variant (:func:`md_family`), its
+    backend the case's implementation."""
+    family = md_family(case.variant)
+    if family is None:
+        variants = [v for f in families() if f.md_directions for v in f.variants]
+        reason = (f"no model family drives md with the model {case.variant!r}; md models: "
+                  f"{', '.join(variants) or '(none registered)'}")
+        return CasePlugin("md", lambda device: reason, lambda c: None, frozenset(),
+                          lambda c, dtype, seed: None)
+    return CasePlugin(f"{family.prefix} md backend {case.implementation}",
+                      lambda device: _backend_unavailable(family, case.implementation, device),
+                      family.supports, family.precisions, family.build_bench)
+
+
+def _backend_unavailable(family: ModelFamily, backend: str, device: str) -> str | None:
+    """Why ``family`` cannot run ``backend`` on ``device``, or None."""
+    if backend not in family.backends:
+        return (f"{family.prefix} has no backend {backend!r}; backends: "
+                f"{', '.join(family.backends)}")
+    return family.available(backend, device)
+
+
 def plugin_key(case: Case) -> tuple[str, ...]:
     """Cases sharing this key share their plug-in's ``unavailable`` answer, so one case
     process finds out for all. Computed without importing any implementation: model
-    families are named by their workloads' prefix (``ModelFamily.prefix``)."""
-    family = case.workload.split("-")[0] if case.level == "model" else ""
+    families are named by their workloads' prefix (``ModelFamily.prefix``), and at the md
+    level by the case's variant, the model (:func:`md_family`)."""
+    family = {"model": case.workload.split("-")[0], "md": case.variant}.get(case.level, "")
     return case.level, family, case.implementation, case.device

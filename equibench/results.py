@@ -32,13 +32,15 @@ class Column:
 
 COLUMNS: tuple[Column, ...] = (
     Column("run_id", "str", "identifier of the run that produced the row"),
-    Column("level", "str", "tp (bare tensor product), conv (fused with gather/scatter), model"),
+    Column("level", "str", "tp (bare tensor product), conv (fused with gather/scatter), model, "
+           "md (molecular dynamics)"),
     Column("workload", "str", "problem name, e.g. mace-large"),
     Column("implementation", "str", "registered implementation name, e.g. e3nn"),
     Column("variant", "str", "implementation option set (default unless a model switch)"),
-    Column("direction", "str", "forward, backward, double_backward, inference, train_step"),
+    Column("direction", "str", "forward, backward, double_backward, inference, train_step, nve"),
     Column("precision", "str", "float64, float32, tfloat32, bfloat16, float16"),
-    Column("batch", "int", "work items per call (products for tp, structures otherwise)"),
+    Column("batch", "int", "work items per call (products for tp, MD steps for md, structures "
+           "otherwise)"),
     Column("device", "str", "cpu or cuda:N, the device the case ran on"),
     Column("status", "str", "ok, incorrect, oom, unavailable, error"),
     Column("reason", "str", "why the status is not ok (empty when ok)"),

@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from equibench import allocator, fork_server, machine_load, registry, results
+from equibench import allocator, custom_workloads, fork_server, machine_load, registry, results
 from equibench.cases import Case
 from equibench.correctness import compare
 from equibench.environment import capture
@@ -75,6 +75,9 @@ class RunSettings:
     # Directory where case processes share float64 references by ``Bench.reference_key``
     # ("" = none); run_cases makes one per call, removed when it returns.
     reference_dir: str = ""
+    # User-defined tensor-product workloads, as ``NAME=SPEC`` (equibench.custom_workloads):
+    # the fork server may have started before they were read, so each case registers them.
+    workloads: tuple[str, ...] = ()
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -132,6 +135,7 @@ def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | 
     """Build, gate and warm up a case. Returns its row so far, whether that row holds for
     every case of the implementation, and the session that times it (None when the case
     ended here: unavailable, incorrect, an error)."""
+    custom_workloads.register(map(custom_workloads.CustomWorkload.parse, settings.workloads))
     reason = _implementation_unavailable(case)
     if reason:
         return {**case.to_dict(), "threads": torch.get_num_threads(), "status": "unavailable",
@@ -232,7 +236,8 @@ class _Session:
         rates = {f"{key[:-len('_per_call')]}_per_s": value / median
                  for key, value in bench.extra.items()
                  if key.endswith("_per_call") and isinstance(value, (int, float))}
-        row["extra"] = {**bench.extra, **rates, "latency_s": median,
+        summary = bench.summary(median) if bench.summary is not None else {}
+        row["extra"] = {**bench.extra, **rates, **summary, "latency_s": median,
                         "first_call_s": self.first_call_s, "amortized": bench.amortized,
                         "kept_bytes": bench.kept_bytes,
                         **({"machine_load": load} if load else {})}

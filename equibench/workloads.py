@@ -64,6 +64,10 @@ nequip-toluene-1parity   64x0e+64x1o+64x2e               1x0e+1x1o+1x2e
 nequip-benzene-1parity   64x0e+64x1o+64x2e+64x3o         1x0e+1x1o+1x2e+1x3o
 =======================  ==============================  =====================
 
+Workloads the user defines by irreps (``equibench run --tp``, the configuration's
+``workloads:``) are built by the same builders and added to the table at run time:
+:mod:`equibench.custom_workloads`.
+
 Renamed with OpenEquivariance's names: ``diffdock-l1``/``-l2`` are ``DiffDock-L=1``/``=2``
 (the same problems). ``mace-large``, ``mace-medium`` and ``nequip-water`` now mean
 OpenEquivariance's problems (for MACE the same paths, their outputs sorted).
@@ -94,6 +98,9 @@ class TPProblem:
     """A tensor product ``in1 x in2 -> out`` with explicit e3nn instructions.
 
     ``source``: where the definition comes from (paper and repository path at a commit).
+    ``spec``: the user's definition ``IN1 x IN2 -> OUT mode`` of a workload defined in a
+    configuration or on the command line (:mod:`equibench.custom_workloads`); empty for the
+    built-in ones.
     """
 
     name: str
@@ -104,6 +111,7 @@ class TPProblem:
     mode: str
     note: str = ""
     source: str = ""
+    spec: str = ""
 
     @cached_property
     def dims(self) -> tuple[int, int, int]:

@@ -86,8 +86,8 @@ def test_plotly_js_is_one_file_of_the_site_and_nothing_is_fetched(site):
         if figures:
             assert text.index(SCRIPT_TAG) < text.index("</head>") < text.index("Plotly.newPlot(")
         assert not re.search(r'<(script|link|img)[^>]+(src|href)="?https?:', text), spec.file
-    expected = {"index.html": 1, "tp.html": 3, "conv.html": 3, "models.html": 8, "roofline.html": 1,
-                "memory.html": 3, "history.html": 1}
+    expected = {"index.html": 1, "tp.html": 3, "conv.html": 3, "models.html": 8, "md.html": 1,
+                "roofline.html": 1, "memory.html": 3, "history.html": 1}
     for page, count in expected.items():
         assert (site / page).read_text().count("Plotly.newPlot(") == count, page
 
@@ -169,12 +169,28 @@ def test_models_page_has_a_section_per_family_with_its_own_legends(site):
     assert "Not drawn, no rows: speedup over e3nn" in sections["se3t"]
 
 
+def test_md_page_has_ns_per_day_and_the_drift_table(site):
+    text = (site / "md.html").read_text()
+    (bars,) = _figures(text)
+    assert {t["name"] for t in bars["data"]} == {"e3nn", "cuequivariance", "openequivariance"}
+    data = pd.read_csv(site / "md-ns-per-day.csv")
+    assert set(data["precision"]) == {"float32", "float64"} and (data["ns_per_day"] > 0).all()
+    start = text.index("<h2>Energy drift (NVE)</h2>")
+    head = re.findall(r"<th>(.*?)</th>", text[start:])
+    assert head[:4] == ["machine", "structure", "atoms", "backend"]
+    assert "drift (meV/atom/ps) float32" in head and "drift (meV/atom/ps) float64" in head
+    rows = _table_rows(text[start:])
+    assert len(rows) == 5  # e3nn, cuequivariance x 2 machines, openequivariance on the GPU
+    drift32, drift64 = (head.index(f"drift (meV/atom/ps) {p}") for p in ("float32", "float64"))
+    assert all((r[drift32], r[drift64]) == ("0.4", "0.01") for r in rows)
+
+
 def test_headline_heads_the_overview(site):
     text = (site / "index.html").read_text()
     assert (text.index("<h2>Fastest implementation per case</h2>") < text.index("<h2>Claims</h2>")
             < text.index("<h2>Code paths</h2>"))
     rows = {(r[0], r[1], r[2], r[3].split(" (")[0]): r for r in _headline_rows(site / "index.html")}
-    assert len(rows) == 14  # (4 tp + 1 conv + 2 model cases) x 2 machines
+    assert len(rows) == 16  # (4 tp + 1 conv + 2 model + 1 md cases) x 2 machines
     gpu = rows[("tp", "mace-large", "forward", A100)]
     assert gpu[3] == f"{A100} (cuda:0), float32, batch 256"
     assert gpu[4] == "openequivariance (of 3 ok)"
@@ -188,7 +204,7 @@ def test_headline_heads_the_overview(site):
     assert se3t[4] == "basis [nvidia-default] (of 2 ok)"
     assert se3t[5].endswith("× over basis[baseline] (e3nn: not run)")
     lines = pd.read_csv(site / "headline.csv")
-    assert set(lines["precision"]) == {"float32"} and len(lines) == 14
+    assert set(lines["precision"]) == {"float32"} and len(lines) == 16
 
 
 def _paired_case() -> pd.DataFrame:
@@ -258,7 +274,7 @@ def test_headline_takes_the_latest_run_of_each_case():
     older["throughput"] = older["batch"] / older["time_median_s"]
     frame = pd.concat([older, synthetic_results()], ignore_index=True)
     lines = headline(frame)
-    assert len(lines) == 14 and set(lines["run_id"]) == {"sample"}
+    assert len(lines) == 16 and set(lines["run_id"]) == {"sample"}
     assert _line(frame)["series"] == "openequivariance"
 
 

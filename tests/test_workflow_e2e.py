@@ -90,13 +90,15 @@ def test_rerun_is_a_no_op(tiny_run):
 
 
 def test_dgl_suite_records_why_its_environment_is_missing(tmp_path):
-    """The dgl_env rule runs the real build script; with the torch index unreachable (port 9
-    of this machine) it fails in seconds, and the suite's cases quote that failure."""
+    """The dgl_env rule runs the real build script; with the torch index and PyPI, its
+    fallback, both unreachable (port 9 of this machine, pip's cache off) it fails in
+    seconds, and the suite's cases quote that failure."""
     suite = {"name": "dgl", "level": "model", "workloads": ["se3t-qm9-small"],
              "implementations": ["basis"], "variants": ["optimized+dgl"],
              "directions": ["inference"], "precisions": ["float32"], "batches": [2]}
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY, "suites": [suite]}))
-    env = {**os.environ, "EQUIBENCH_TORCH_INDEX": "http://127.0.0.1:9/simple"}
+    env = {**os.environ, "EQUIBENCH_TORCH_INDEX": "http://127.0.0.1:9/simple",
+           "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_NO_CACHE_DIR": "1"}
     proc = _snakemake(tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     status = json.loads((tmp_path / "results/envs/dgl.json").read_text())

@@ -26,6 +26,10 @@ class Bench:
     (None: the outputs themselves). It runs outside the timed call, for outputs whose
     comparable form costs work a step would not do: a projection of every gradient, a
     native layout turned back into the reference's.
+
+    ``summary`` (None: nothing) gives metrics of the case's whole run from the median
+    seconds per call, after timing, for the row's ``extra``: an MD run's ns/day and its
+    energy drift over every call.
     """
 
     call: Callable[[], Outputs]
@@ -40,6 +44,7 @@ class Bench:
     amortized: str = ""
     kept_bytes: int = 0
     gate_view: Callable[[Outputs], Outputs] | None = None
+    summary: Callable[[float], dict] | None = None
 
     def gated(self, outputs: Outputs) -> Outputs:
         """``outputs`` as the gate compares them (see ``gate_view``)."""

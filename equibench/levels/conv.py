@@ -46,6 +46,7 @@ from equibench.levels.tp import (
     equivariance_check,
     native_inputs,
     reference_note,
+    spec_extra,
 )
 from equibench.registry import Implementation, OperandLayout, Unsupported
 from equibench.workloads import TPProblem, get_tp_workload
@@ -331,7 +332,8 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
                "synthetic_graph": graph.synthetic,
                "paths": len(problem.instructions), "mode": problem.mode,
                "code_path": impl.code_path(conv, case.device).to_dict(),
-               "reference": reference_note(impl.name) + " with index_add"},
+               "reference": reference_note(impl.name) + " with index_add",
+               **spec_extra(problem)},
         reference_key=input_key(case.level, case.workload, case.direction, case.batch, seed,
                                 case.device),
         amortized=amortized.what if amortized is not None else "",

@@ -119,6 +119,12 @@ def equivariance_check(fn: TPFunction, problem: TPProblem, data: dict[str, torch
     return check
 
 
+def spec_extra(problem: TPProblem) -> dict[str, str]:
+    """``extra.tp_spec``: a user-defined workload's definition, so that its rows say what
+    they measured (a built-in workload's name says it already)."""
+    return {"tp_spec": problem.spec} if problem.spec else {}
+
+
 def reference_note(implementation: str) -> str:
     """What the row was gated against, saying so where that is its own code."""
     note = "e3nn o3.TensorProduct in float64"
@@ -152,7 +158,7 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         if case.direction == "forward" else None,
         extra={"paths": len(problem.instructions), "mode": problem.mode,
                "code_path": impl.code_path(fn, case.device).to_dict(),
-               "reference": reference_note(impl.name)},
+               "reference": reference_note(impl.name), **spec_extra(problem)},
         reference_key=input_key(case.level, case.workload, case.direction, case.batch, seed,
                                 case.device),
         gate_view=e3nn_outputs(layout),

@@ -3,7 +3,8 @@
 ``build_bench`` builds the float64 e3nn model from the variant's configuration with
 seeded weights, casts a copy to the case's precision, moves it to the backend (same
 weights) and returns the timed call, with the e3nn float64 model on the same weights and
-inputs as reference. :func:`breakdown` profiles one step by category.
+inputs as reference. :func:`breakdown` profiles one step by category. At the ``md`` level
+the same model drives an NVE run of a structure (:mod:`.md`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from dataclasses import dataclass
 
 import torch
 
+from equibench import structures
 from equibench.cases import Case
 from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench, Outputs
+from equibench.levels.md import DIRECTIONS as MD_DIRECTIONS
 from equibench.registry import ModelFamily, register_model
 
 from .backends import BACKENDS, code_path, kernel_backend, on_backend, unavailable_reason
 from .inputs import WORKLOADS, Structures, load_structures
+from .md import build as build_md
 from .models import VARIANTS, MaceConfig, build_model
 from .profile_breakdown import MACE_RULES, module_scopes, profile_categories
 from .steps import DIRECTIONS, make_step
@@ -194,11 +198,14 @@ class Mace(ModelFamily):
     workloads = tuple(WORKLOADS)
     variants = tuple(VARIANTS)
     directions = DIRECTIONS
+    md_directions = MD_DIRECTIONS
 
     def available(self, backend: str, device: str) -> str | None:
         return unavailable_reason(backend, device)
 
     def supports(self, case: Case) -> str | None:
+        if case.level == "md":
+            return self._supports_md(case)
         if case.workload not in WORKLOADS:
             return f"unknown MACE workload {case.workload!r}; choose one of {', '.join(WORKLOADS)}"
         if case.variant not in VARIANTS:
@@ -209,5 +216,16 @@ class Mace(ModelFamily):
             return self.AMP_UNSUPPORTED
         return None
 
+    def _supports_md(self, case: Case) -> str | None:
+        if case.variant not in VARIANTS:
+            return f"unknown MACE variant {case.variant!r}; choose one of {', '.join(VARIANTS)}"
+        if case.direction not in MD_DIRECTIONS:
+            return f"MACE md runs {', '.join(MD_DIRECTIONS)}, not {case.direction}"
+        if case.precision not in ("float32", "float64"):
+            return f"MACE md runs float32 and float64, not {case.precision}"
+        return structures.problem(case.workload)
+
     def build_bench(self, case: Case, dtype: torch.dtype, seed: int) -> Bench:
+        if case.level == "md":
+            return build_md(case, dtype, seed)
         return build(case, dtype, seed)

@@ -1,0 +1,299 @@
+"""The ``md`` level: a molecular-dynamics run driven by a model's forces.
+
+One case is one velocity-Verlet NVE trajectory of a structure (:mod:`equibench.structures`)
+under a model on one backend and precision (the ``nve`` direction). The integrator is this
+module's own small torch loop (TorchSim's releases that install beside our pins are old;
+see the README): positions, velocities and forces stay in the case's dtype on its device,
+and forces are ``-dE/dx`` of the model, by autograd.
+
+- **Timed call** = ``batch`` MD steps, continuing the one trajectory from call to call (a
+  step is one force evaluation: velocity Verlet reuses the last step's forces; the first
+  call also evaluates the first frame's).
+- **Neighbour list**: rebuilt from scratch at every step with vesin (no skin, no reuse),
+  on the CPU from a host copy of the positions (on a GPU that is one copy per step), inside
+  the timed call, as an MD code without a skin does. Positions are wrapped into the cell
+  along its periodic axes after every step.
+- **Start**: the structure's positions, velocities drawn from the Maxwell-Boltzmann
+  distribution at :data:`TEMPERATURE_K` with the case's seed, zero total momentum.
+- **Gate**: each call returns the energy and forces of the frame it starts from (the
+  first call: the first frame, evaluated in it; later calls: those of the previous call's
+  last step), and the reference is the float64 model of the reference backend on that same
+  frame. Forces are compared relative to the largest reference force (at least
+  :data:`FORCE_FLOOR`, for structures whose forces vanish by symmetry, such as a perfect
+  crystal), so a force error of 0.1% fails float32's 1e-4; the energy as every output is
+  (scaled by ``max(|E|, 1 eV)``). The runner gates the first call, then the frame the
+  run has reached after timing.
+- **Recorded** (``Bench.summary``): ns/day at :data:`TIMESTEP_FS`, the first step's time
+  (model set-up: conversion, compilation, kernel build, plus the first step), and the NVE
+  energy drift over the whole run (every call, from the first frame), in meV/atom/ps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from equibench.levels import Bench, Outputs
+
+DIRECTIONS = ("nve",)
+TIMESTEP_FS = 0.5  # the hydrogen of water needs <= 0.5 fs
+TEMPERATURE_K = 300.0
+FORCE_FLOOR = 0.01  # eV/Å: float32 round-off of vanishing forces stays far below it
+SECONDS_PER_DAY = 86_400.0
+
+# (positions (N, 3) Å, edge_index (2, E) sender/receiver, shifts (E, 3) Å) ->
+# (energy () eV, forces (N, 3) eV/Å); the edge vector is pos[recv] - pos[send] + shift.
+Potential = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+
+
+@dataclass(frozen=True)
+class System:
+    """A structure as float64 tensors: ``numbers (N,)`` int64, ``positions (N, 3)`` Å,
+    ``masses (N,)`` amu, ``cell (3, 3)`` Å (lattice vectors as rows), ``pbc`` per axis."""
+
+    numbers: Tensor
+    positions: Tensor
+    masses: Tensor
+    cell: Tensor
+    pbc: tuple[bool, bool, bool]
+
+    @classmethod
+    def from_atoms(cls, atoms) -> System:
+        """From an ``ase.Atoms``."""
+        return cls(
+            numbers=torch.as_tensor(atoms.numbers, dtype=torch.int64),
+            positions=torch.as_tensor(atoms.positions, dtype=torch.float64),
+            masses=torch.as_tensor(atoms.get_masses(), dtype=torch.float64),
+            cell=torch.as_tensor(atoms.cell.array, dtype=torch.float64),
+            pbc=tuple(bool(p) for p in atoms.pbc),  # type: ignore[arg-type]
+        )
+
+    @property
+    def n_atoms(self) -> int:
+        return int(self.numbers.shape[0])
+
+    @property
+    def periodic(self) -> bool:
+        return any(self.pbc)
+
+    def rounded(self, dtype: torch.dtype) -> System:
+        """Positions and cell rounded to ``dtype`` (kept in float64), so that a float64
+        reference sees exactly the frame a ``dtype`` case starts from."""
+        return System(self.numbers, self.positions.to(dtype).double(), self.masses,
+                      self.cell.to(dtype).double(), self.pbc)
+
+
+def initial_velocities(system: System, temperature_k: float, seed: int) -> Tensor:
+    """``(N, 3)`` velocities (Å per ASE time unit) from the Maxwell-Boltzmann distribution
+    at ``temperature_k``, seeded, with the centre of mass at rest."""
+    from ase import units
+
+    rng = np.random.default_rng(seed)
+    masses = system.masses.numpy()[:, None]
+    velocities = rng.standard_normal((system.n_atoms, 3)) * np.sqrt(units.kB * temperature_k
+                                                                   / masses)
+    velocities -= (masses * velocities).sum(0) / masses.sum()
+    return torch.as_tensor(velocities)
+
+
+class NeighbourList:
+    """Every pair within ``cutoff`` Å of a structure with ``cell (3, 3)`` and ``pbc``,
+    periodic images included, computed afresh on each call with vesin
+    (``equibench.datasets.graphs.radius_pairs``: canonical order, so equal positions give
+    equal edges)."""
+
+    def __init__(self, cutoff: float, cell: Tensor, pbc: tuple[bool, bool, bool]) -> None:
+        from vesin import NeighborList
+
+        self.cutoff, self.pbc = cutoff, np.array(pbc)
+        self.cell = cell.double().numpy()
+        self.vesin = NeighborList(cutoff=cutoff, full_list=True)
+
+    def __call__(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """``edge_index (2, E)`` int64 and ``shifts (E, 3)`` Å (the dtype and device of
+        ``positions (N, 3)``)."""
+        from equibench.datasets.graphs import radius_pairs
+
+        host = positions.detach().to(device="cpu", dtype=torch.float64).numpy()
+        src, dst, cell_shift = radius_pairs(host, self.cutoff, cell=self.cell, pbc=self.pbc,
+                                            neighbor_list=self.vesin)
+        edge_index = torch.from_numpy(np.stack([src, dst])).to(positions.device)
+        shifts = torch.from_numpy(cell_shift @ self.cell).to(positions.device, positions.dtype)
+        return edge_index, shifts
+
+
+@dataclass
+class NVE:
+    """Velocity-Verlet state of one trajectory, in one dtype on one device.
+
+    ``positions``, ``velocities``, ``forces`` ``(N, 3)``; ``energy ()`` (potential, eV);
+    ``totals``: the total energy after every step, the first frame's first.
+    """
+
+    potential: Potential
+    neighbours: NeighbourList
+    masses: Tensor  # (N, 1) amu
+    cell: Tensor  # (3, 3)
+    pbc: tuple[bool, bool, bool]
+    timestep: float  # ASE time units
+    positions: Tensor
+    velocities: Tensor
+    forces: Tensor | None = None
+    energy: Tensor | None = None
+    totals: list[Tensor] = field(default_factory=list)
+    steps: int = 0
+    first_step_s: float = float("nan")  # the first frame and the first step, in seconds
+    # Where the latest call started: the frame whose energy and forces it returned.
+    start_positions: Tensor | None = None
+    # Fractional coordinates (positions @ inverse) wrap along the periodic axes.
+    inverse: Tensor = field(init=False)
+    periodic: Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.periodic = torch.tensor(self.pbc, device=self.positions.device)
+        self.inverse = (torch.linalg.inv(self.cell) if any(self.pbc)
+                        else torch.zeros_like(self.cell))
+
+    def _evaluate(self) -> None:
+        edge_index, shifts = self.neighbours(self.positions)
+        self.energy, self.forces = self.potential(self.positions, edge_index, shifts)
+
+    def _wrap(self) -> None:
+        if not any(self.pbc):
+            return
+        fractional = self.positions @ self.inverse
+        fractional = torch.where(self.periodic, fractional - torch.floor(fractional),
+                                 fractional)
+        self.positions = fractional @ self.cell
+
+    def _kinetic(self) -> Tensor:
+        return 0.5 * (self.masses * self.velocities**2).sum()
+
+    def run(self, steps: int) -> Outputs:
+        """``steps`` velocity-Verlet steps; returns ``energy (1,)`` and ``forces (N, 3)`` of
+        the frame the run started from."""
+        start = time.perf_counter()
+        if self.forces is None:
+            self._evaluate()
+            self.totals.append(self.energy + self._kinetic())
+        self.start_positions = self.positions
+        started = {"energy": self.energy.reshape(1), "forces": self.forces}
+        half = 0.5 * self.timestep
+        for _ in range(steps):
+            self.velocities = self.velocities + half * self.forces / self.masses
+            self.positions = self.positions + self.timestep * self.velocities
+            self._wrap()
+            self._evaluate()
+            self.velocities = self.velocities + half * self.forces / self.masses
+            self.totals.append(self.energy + self._kinetic())
+            self.steps += 1
+            if self.steps == 1:
+                self.first_step_s = time.perf_counter() - start
+        return started
+
+
+@dataclass
+class FrameReference:
+    """The gate of an NVE run: the reference potential's energy ``(1,)`` and forces
+    ``(N, 3)`` on the frame the run's latest call started from (computed once per frame, in
+    float64), and the forces of both sides relative to the largest reference force."""
+
+    state: NVE
+    reference: Potential
+    positions: Tensor | None = None  # the frame of ``energy`` and ``forces``
+    energy: Tensor | None = None
+    forces: Tensor | None = None
+    scale: float = 1.0  # eV/Å
+
+    def _current(self) -> None:
+        if self.positions is self.state.start_positions:
+            return
+        self.positions = self.state.start_positions
+        positions = self.positions.detach().to(torch.float64)
+        energy, self.forces = self.reference(positions, *self.state.neighbours(positions))
+        self.energy = energy.reshape(1)
+        self.scale = max(float(self.forces.abs().max()), FORCE_FLOOR)
+
+    def outputs(self) -> Outputs:
+        """``Bench.reference``: the reference's energy and relative forces."""
+        self._current()
+        return {"energy": self.energy, "forces": self.forces / self.scale}
+
+    def relative(self, outputs: Outputs) -> Outputs:
+        """``Bench.gate_view``: a call's energy and its forces relative to the reference's."""
+        self._current()
+        return {**outputs, "forces": outputs["forces"] / self.scale}
+
+
+def drift_mev_per_atom_ps(totals: Tensor, timestep_fs: float, n_atoms: int) -> float:
+    """Slope of the least-squares line through the total energy ``totals (S + 1,)`` eV,
+    one value per step from the first frame, in meV per atom per ps."""
+    if totals.shape[0] < 2:
+        return float("nan")
+    times_ps = np.arange(totals.shape[0]) * timestep_fs * 1e-3
+    slope = np.polyfit(times_ps, totals.double().cpu().numpy(), 1)[0]
+    return float(slope * 1e3 / n_atoms)
+
+
+def ns_per_day(steps_per_s: float, timestep_fs: float) -> float:
+    return steps_per_s * timestep_fs * 1e-6 * SECONDS_PER_DAY
+
+
+def build_bench(steps: int, system: System, potential: Potential, reference: Potential,
+                cutoff: float, dtype: torch.dtype, device: str, seed: int,
+                setup_s: float, extra: dict) -> Bench:
+    """The :class:`Bench` of an NVE run of ``system`` (see the module docstring):
+    ``potential`` on the case's backend in ``dtype``, ``reference`` the float64 reference
+    model, ``setup_s`` the seconds its set-up took (conversion, compilation, kernel
+    build), ``extra`` what the model family records."""
+    from ase import units
+
+    system = system.rounded(dtype)
+    cell = system.cell.to(device=device, dtype=dtype)
+    state = NVE(
+        potential=potential, neighbours=NeighbourList(cutoff, system.cell, system.pbc),
+        masses=system.masses.to(device=device, dtype=dtype)[:, None], cell=cell,
+        pbc=system.pbc, timestep=TIMESTEP_FS * units.fs,
+        positions=system.positions.to(device=device, dtype=dtype),
+        velocities=initial_velocities(system, TEMPERATURE_K, seed).to(device=device,
+                                                                      dtype=dtype),
+    )
+    gate = FrameReference(state, reference)
+
+    def summary(median_s: float) -> dict:
+        return {
+            "ns_per_day": ns_per_day(steps / median_s, TIMESTEP_FS),
+            "first_step_s": setup_s + state.first_step_s,
+            "drift_mev_per_atom_ps": drift_mev_per_atom_ps(torch.stack(state.totals),
+                                                           TIMESTEP_FS, system.n_atoms),
+            "steps_run": state.steps,
+            "simulated_ps": state.steps * TIMESTEP_FS * 1e-3,
+        }
+
+    return Bench(
+        call=lambda: state.run(steps),
+        reference=gate.outputs,
+        gate_view=gate.relative,
+        items=steps,
+        unit="steps/s",
+        summary=summary,
+        extra={
+            **extra,
+            "atoms": system.n_atoms,
+            "periodic": list(system.pbc),
+            "steps_per_call": steps,
+            "atom_steps_per_call": steps * system.n_atoms,
+            "timestep_fs": TIMESTEP_FS,
+            "temperature_k": TEMPERATURE_K,
+            "integrator": "velocity Verlet, NVE, one trajectory continued across calls",
+            "neighbour_list": f"vesin, {cutoff} Å, rebuilt every step (no skin), on the CPU",
+            "model_setup_s": setup_s,
+            "gate": "energy and forces of each call's start frame (the first call: the first "
+                    f"frame); forces relative to max(max|F_ref|, {FORCE_FLOOR} eV/Å)",
+        },
+    )
