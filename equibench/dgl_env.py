@@ -99,7 +99,9 @@ def enter(status_path: str | Path, argv: list[str]) -> None:
                                       f"{status['reason']} (log: {status.get('log')})")
         return
     python = status["python"]
-    if Path(sys.executable).resolve() == Path(python).resolve():
+    # Compare environments, not interpreters: two virtual environments' pythons are links
+    # to one interpreter, and resolving them would take the DGL one for this one.
+    if Path(sys.prefix).resolve() == Path(python).absolute().parent.parent.resolve():
         return
     sys.stdout.flush()
     sys.stderr.flush()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from equibench.implementations.se3_transformer import graph_ops
 
 from equibench import config, dgl_env
@@ -86,16 +87,38 @@ BUILT = STATUS.exists() and json.loads(STATUS.read_text()).get("ok", False)
 @pytest.mark.skipif(not BUILT, reason="no DGL environment: build it with `equibench dgl-env "
                     "--status results/envs/dgl.json --log results/envs/dgl.log` (.ci/run does)")
 def test_a_dgl_case_runs_in_its_environment_and_passes_the_gate(tmp_path):
-    status = dgl_env.read_status(STATUS)
+    """As the workflow runs a +dgl suite: `equibench sweep --environment` from this (main)
+    environment hands the sweep over to the DGL one, whose row passes the gate."""
+    suite = {**_suite(["optimized+dgl"]), "directions": ["train_step"]}
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(yaml.safe_dump({"preset": "quick", "name": "dgl", "device": "cpu",
+                                   "suites": [suite],
+                                   "measure": {"rounds": 1, "budget_s": 0.2,
+                                               "min_repeats": 1, "warmup": 0}}))
     out = tmp_path / "dgl.parquet"
-    subprocess.run([status["python"], "-m", "equibench.cli", "run", "--level", "model",
-                    "--workload", "se3t-qm9-small", "--implementation", "basis",
-                    "--variant", "optimized+dgl", "--direction", "train_step",
-                    "--precision", "float32", "--batch", "4", "--rounds", "1",
-                    "--budget", "0.2", "--out", str(out), "--quiet"],
+    subprocess.run([sys.executable, "-m", "equibench.cli", "sweep", "--config", str(cfg),
+                    "--suite", "s", "--implementation", "all", "--device", "cpu",
+                    "--environment", str(STATUS), "--out", str(out), "--quiet"],
                    check=True, timeout=600)
     row = pd.read_parquet(out).iloc[0]
     assert row["status"] == "ok", row["reason"]
     assert row["max_scaled_err"] <= row["tolerance"]
     assert json.loads(row["extra"])["switches"]["graph_ops"] == "dgl"
     assert row["version_torch"].startswith("2.2.")
+
+
+def test_another_environment_is_not_taken_for_this_one(tmp_path):
+    """Both environments' pythons may link to one interpreter: the hand-over compares the
+    environments, so an ok status of another one never counts as 'already inside'."""
+    other = tmp_path / "venv-dgl" / "bin"
+    other.mkdir(parents=True)
+    (other / "python").symlink_to(Path(sys.executable).resolve())
+    path = tmp_path / "dgl.json"
+    path.write_text(json.dumps({"ok": True, "python": str(other / "python"), "reason": ""}))
+    # enter() would replace this process: run it in a child that reports instead of exec.
+    code = (f"import os, sys; from equibench import dgl_env\n"
+            f"os.execv = lambda exe, argv: (print('EXEC', exe), sys.exit(0))\n"
+            f"dgl_env.enter({str(path)!r}, ['sweep'])\nprint('STAYED')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == f"EXEC {other / 'python'}"
