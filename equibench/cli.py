@@ -295,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeatable")
     p.add_argument("--implementation", required=True, help="e.g. e3nn,e3nn-compiled")
     p.add_argument("--variant", default="default",
-                   help="model option sets, e.g. small,oeq (mace) or baseline,optimized (se3t); "
+                   help="model option sets, e.g. small,oeq or file:PATH, a saved model (mace), or "
+                        "baseline,optimized (se3t); "
                         "tp/conv variants an implementation declares, e.g. ir_mul "
                         "(cuequivariance), reuse-plan (fused conv): see `equibench list`")
     p.add_argument("--direction", default="forward", help=f"from {', '.join(DIRECTIONS)}")

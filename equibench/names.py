@@ -59,8 +59,10 @@ def problems(case: Case) -> list[str]:
         where = f" for {family.prefix}"
         if case.implementation not in family.backends:
             found.append(_problem("backend", case.implementation, family.backends, where))
-        if case.variant not in family.variants:
+        if not family.has_variant(case.variant):
             found.append(_problem("variant", case.variant, family.variants, where))
+        elif problem := family.variant_problem(case.variant):
+            found.append(problem)
         if case.direction not in family.directions:
             found.append(_problem("direction", case.direction, family.directions, where))
         return found
@@ -93,6 +95,8 @@ def _md_problems(case: Case) -> list[str]:
         models = [v for f in registry.families() if f.md_directions for v in f.variants]
         return [*found, _problem("md model (variant)", case.variant, models)]
     where = f" for {family.prefix} md"
+    if problem := family.variant_problem(case.variant):
+        found.append(problem)
     if case.implementation not in family.backends:
         found.append(_problem("backend", case.implementation, family.backends, where))
     if case.direction not in family.md_directions:

@@ -186,6 +186,16 @@ class ModelFamily:
     def available(self, backend: str, device: str) -> str | None:
         return None
 
+    def has_variant(self, variant: str) -> bool:
+        """Whether ``variant`` names a model of the family: one of ``variants``, or one a
+        family reads from elsewhere (MACE: a saved model, ``file:PATH``)."""
+        return variant in self.variants
+
+    def variant_problem(self, variant: str) -> str | None:
+        """Why a variant the family has cannot be used (a missing model file), or None;
+        reads no file (the names are checked before any process starts)."""
+        return None
+
     def supports(self, case: Case) -> str | None:
         return None
 
@@ -226,7 +236,7 @@ def model_family(workload: str) -> ModelFamily:
 def md_family(variant: str) -> ModelFamily | None:
     """The family that drives an md case of model ``variant``: the first with MD
     directions that has the variant (None: none has)."""
-    return next((f for f in families() if f.md_directions and variant in f.variants), None)
+    return next((f for f in families() if f.md_directions and f.has_variant(variant)), None)
 
 
 def register(cls: type[Implementation]) -> type[Implementation]:

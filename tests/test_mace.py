@@ -20,14 +20,9 @@ QUICK = RunSettings(measure=MeasureConfig(min_repeats=1, max_repeats=1, budget_s
 BATCH = 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Two-thread OpenMP regions crawl when the two cores are shared with other jobs; the
-    test checks correctness, so one thread keeps it quick and steady."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# One thread (conftest): the cases check correctness, and stay quick and steady on two
+# shared cores.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def mace_case(backend: str, direction: str) -> Case:

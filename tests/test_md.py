@@ -27,12 +27,9 @@ STEPS = 2  # per timed call
 QUICK = MeasureConfig(min_repeats=2, max_repeats=2, budget_s=0, warmup=0, rounds=2)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# One thread (conftest): the cases check correctness, and stay quick and steady on two
+# shared cores.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def md_case(backend: str, precision: str = "float32", workload: str = "water-box") -> Case:

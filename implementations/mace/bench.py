@@ -1,16 +1,17 @@
 """The MACE model family: one case = one backend, variant, direction, precision and batch.
 
 ``build_bench`` builds the float64 e3nn model from the variant's configuration with
-seeded weights, casts a copy to the case's precision, moves it to the backend (same
-weights) and returns the timed call, with the e3nn float64 model on the same weights and
-inputs as reference. :func:`breakdown` profiles one step by category. At the ``md`` level
-the same model drives an NVE run of a structure (:mod:`.md`).
+seeded weights (or, for a variant ``file:PATH``, reads a saved mace-torch model), casts a
+copy to the case's precision, moves it to the backend (same weights) and returns the timed
+call, with the e3nn float64 model on the same weights and inputs as reference.
+:func:`breakdown` profiles one step by category. At the ``md`` level the same model drives
+an NVE run of a structure (:mod:`.md`).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -23,9 +24,18 @@ from equibench.levels.md import DIRECTIONS as MD_DIRECTIONS
 from equibench.registry import ModelFamily, register_model
 
 from .backends import BACKENDS, code_path, kernel_backend, on_backend, unavailable_reason
-from .inputs import WORKLOADS, Structures, load_structures
+from .inputs import WORKLOADS, Structures, load_structures, workload_elements
 from .md import build as build_md
-from .models import VARIANTS, MaceConfig, build_model
+from .models import (
+    FILE_PREFIX,
+    VARIANTS,
+    ModelFileError,
+    ModelSpec,
+    file_problem,
+    is_file_variant,
+    load_saved,
+    model_spec,
+)
 from .profile_breakdown import MACE_RULES, module_scopes, profile_categories
 from .steps import DIRECTIONS, make_step
 
@@ -38,7 +48,7 @@ from .steps import DIRECTIONS, make_step
 class MaceCase:
     """Everything built for one case: inputs, the working model and its reference."""
 
-    config: MaceConfig
+    spec: ModelSpec
     structures: Structures
     model: torch.nn.Module  # on the case's backend, dtype and device
     reference_model: torch.nn.Module  # e3nn, float64, same weights, same device
@@ -48,14 +58,15 @@ class MaceCase:
 
 def prepare(case: Case, dtype: torch.dtype, seed: int) -> MaceCase:
     """Build the models and inputs of ``case`` (see the module docstring)."""
-    config = VARIANTS[case.variant]
-    structures = load_structures(case.workload, case.batch, seed, config.r_max).rounded(dtype)
-    model64 = build_model(config, structures.atomic_numbers, structures.avg_num_neighbors, seed)
+    spec = model_spec(case.variant)
+    structures = load_structures(case.workload, case.batch, seed, spec.r_max,
+                                 spec.elements).rounded(dtype)
+    model64 = spec.build(structures.atomic_numbers, structures.avg_num_neighbors, seed)
     working = model64.to(dtype)
     # The reference holds exactly the working weights (float32 values are float64 values).
     reference = copy.deepcopy(working).to(torch.float64).to(case.device)
     return MaceCase(
-        config=config,
+        spec=spec,
         structures=structures,
         model=on_backend(working, case.implementation, case.device),
         reference_model=reference,
@@ -153,7 +164,7 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
         "edges_per_call": s.n_edges,
         "atoms_per_structure": s.n_atoms / s.n_graphs,
         "avg_num_neighbors": s.avg_num_neighbors,
-        "model": mc.config.describe(),
+        "model": mc.spec.description,
         "backend": case.implementation,
         "code_path": code_path(mc.model),
         "reference": "mace-torch e3nn model in float64, same weights"
@@ -196,34 +207,73 @@ class Mace(ModelFamily):
                        "weights and raises 'both inputs should have same dtype' (every "
                        "backend, CPU; untested on CUDA)")
     workloads = tuple(WORKLOADS)
-    variants = tuple(VARIANTS)
+    variants = tuple(VARIANTS)  # and any saved model, ``file:PATH`` (:meth:`has_variant`)
     directions = DIRECTIONS
     md_directions = MD_DIRECTIONS
 
     def available(self, backend: str, device: str) -> str | None:
         return unavailable_reason(backend, device)
 
+    def has_variant(self, variant: str) -> bool:
+        return variant in VARIANTS or is_file_variant(variant)
+
+    def variant_problem(self, variant: str) -> str | None:
+        return file_problem(variant) if is_file_variant(variant) else None
+
+    def _unknown_variant(self, variant: str) -> str | None:
+        if self.has_variant(variant):
+            return None
+        return (f"unknown MACE variant {variant!r}; choose one of {', '.join(VARIANTS)} or "
+                f"{FILE_PREFIX}PATH (a saved mace-torch model)")
+
     def supports(self, case: Case) -> str | None:
         if case.level == "md":
             return self._supports_md(case)
         if case.workload not in WORKLOADS:
             return f"unknown MACE workload {case.workload!r}; choose one of {', '.join(WORKLOADS)}"
-        if case.variant not in VARIANTS:
-            return f"unknown MACE variant {case.variant!r}; choose one of {', '.join(VARIANTS)}"
+        if reason := self._unknown_variant(case.variant):
+            return reason
         if case.direction not in DIRECTIONS:
             return f"MACE runs {', '.join(DIRECTIONS)}, not {case.direction}"
         if case.precision.startswith("amp-") and not case.device.startswith("cuda"):
             return self.AMP_UNSUPPORTED
-        return None
+        return self._saved_model_problem(case, lambda: workload_elements(case.workload))
 
     def _supports_md(self, case: Case) -> str | None:
-        if case.variant not in VARIANTS:
-            return f"unknown MACE variant {case.variant!r}; choose one of {', '.join(VARIANTS)}"
+        if reason := self._unknown_variant(case.variant):
+            return reason
         if case.direction not in MD_DIRECTIONS:
             return f"MACE md runs {', '.join(MD_DIRECTIONS)}, not {case.direction}"
         if case.precision not in ("float32", "float64"):
             return f"MACE md runs float32 and float64, not {case.precision}"
-        return structures.problem(case.workload)
+        return structures.problem(case.workload) or self._saved_model_problem(
+            case, lambda: structures.load(case.workload).numbers.tolist())
+
+    def _saved_model_problem(self, case: Case,
+                             workload_elements: Callable[[], Iterable[int]]) -> str | None:
+        """Why the saved model of a ``file:`` case cannot run it, or None: the file holds no
+        usable model, the workload has elements the model does not know
+        (``workload_elements``, read only for a file variant), or mace-torch's converter
+        to the case's backend does not take the model's class."""
+        if not is_file_variant(case.variant):
+            return None
+        try:
+            saved = load_saved(case.variant)
+        except ModelFileError as err:
+            return str(err)
+        missing = sorted(set(workload_elements()) - set(saved.elements))
+        if missing:
+            return (f"{case.workload} has elements {missing} that the model {saved.path!r} "
+                    f"does not know (its elements: {list(saved.elements)})")
+        if case.implementation in ("cuequivariance", "openequivariance"):
+            from mace.tools.scripts_utils import extract_config_mace_model
+
+            # The converters rebuild the model from this config, and say here what they
+            # cannot rebuild.
+            if error := extract_config_mace_model(saved.module).get("error"):
+                return (f"mace-torch's {case.implementation} converter does not take "
+                        f"{saved.path!r}: {error}")
+        return None
 
     def build_bench(self, case: Case, dtype: torch.dtype, seed: int) -> Bench:
         if case.level == "md":

@@ -70,8 +70,18 @@ class Structures:
         }
 
 
-def load_structures(workload: str, n_graphs: int, seed: int, cutoff: float) -> Structures:
-    """``n_graphs`` structures of ``workload``'s dataset drawn without replacement."""
+def workload_elements(workload: str) -> tuple[int, ...]:
+    """The elements of ``workload``'s dataset (which a built model is made for)."""
+    from equibench import datasets
+
+    name, elements = WORKLOADS[workload]
+    return elements or tuple(int(z) for z in datasets.info(name)["elements"])
+
+
+def load_structures(workload: str, n_graphs: int, seed: int, cutoff: float,
+                    model_elements: Sequence[int] | None = None) -> Structures:
+    """``n_graphs`` structures of ``workload``'s dataset drawn without replacement, one-hot
+    over ``model_elements`` (a saved model's own) or else the dataset's elements."""
     from equibench import datasets
 
     name, elements = WORKLOADS[workload]
@@ -80,7 +90,7 @@ def load_structures(workload: str, n_graphs: int, seed: int, cutoff: float) -> S
     indices = ds.sample(n_graphs, seed)
     # MACE has no neighbour cap: every pair within r_max interacts.
     batch = ds.batch(indices, graph="radius", cutoff=cutoff, dtype=torch.float64)
-    atomic_numbers = elements or tuple(int(z) for z in info["elements"])
+    atomic_numbers = tuple(model_elements or elements or (int(z) for z in info["elements"]))
     return Structures(
         dataset=name,
         synthetic=bool(info.get("synthetic", False)),

@@ -2,7 +2,8 @@
 
 The model is built as at the model level (:func:`models.build_model`: the variant's
 configuration, seeded weights, the structure's elements, the mean in-degree of its first
-frame), cast to the case's precision and moved to the backend with the same converters
+frame) or read from the variant's file (a saved model keeps its own elements and cutoff),
+cast to the case's precision and moved to the backend with the same converters
 (:func:`backends.on_backend`); the reference is the same weights in float64 with e3nn.
 """
 
@@ -20,7 +21,7 @@ from equibench.cases import Case
 from equibench.levels import Bench, md
 
 from .backends import code_path, kernel_backend, on_backend
-from .models import VARIANTS, build_model
+from .models import model_spec
 
 
 @dataclass
@@ -58,12 +59,12 @@ def _static(system: md.System, elements: list[int], dtype: torch.dtype,
 
 def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     """The :class:`Bench` of an md case: ``case.workload`` a structure, ``case.variant``
-    the MACE configuration, ``case.batch`` the MD steps of one timed call."""
-    config = VARIANTS[case.variant]
+    the MACE configuration or file, ``case.batch`` the MD steps of one timed call."""
+    spec = model_spec(case.variant)
     system = md.System.from_atoms(structures.load(case.workload)).rounded(dtype)
-    elements = sorted({int(z) for z in system.numbers})
-    edges, _ = md.NeighbourList(config.r_max, system.cell, system.pbc)(system.positions)
-    model64 = build_model(config, elements, edges.shape[1] / system.n_atoms, seed)
+    elements = list(spec.elements or sorted({int(z) for z in system.numbers}))
+    edges, _ = md.NeighbourList(spec.r_max, system.cell, system.pbc)(system.positions)
+    model64 = spec.build(elements, edges.shape[1] / system.n_atoms, seed)
     working = model64.to(dtype)
     # The reference holds exactly the working weights (float32 values are float64 values).
     reference = copy.deepcopy(working).to(torch.float64).to(case.device)
@@ -74,7 +75,7 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
         "structure": case.workload,
         "elements": elements,
         "edges_first_frame": int(edges.shape[1]),
-        "model": config.describe(),
+        "model": spec.description,
         "backend": case.implementation,
         "code_path": code_path(model),
         "reference": "mace-torch e3nn model in float64, same weights, same frame"
@@ -88,6 +89,6 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
         potential=MacePotential(model, _static(system, elements, dtype, case.device)),
         reference=MacePotential(reference, _static(system, elements, torch.float64,
                                                    case.device)),
-        cutoff=config.r_max, dtype=dtype, device=case.device, seed=seed, setup_s=setup_s,
+        cutoff=spec.r_max, dtype=dtype, device=case.device, seed=seed, setup_s=setup_s,
         extra=extra,
     )
