@@ -1,8 +1,11 @@
-"""The MD page: ns/day per backend and precision, and the energy drift of each NVE run.
+"""The MD page: ns/day per backend and precision, the energy drift of each run, and how
+time per step and peak memory grow with the size of a structure (scaling runs).
 
 Read from the ok rows of the ``md`` level (``equibench.levels.md``): each row's ``extra``
 holds its ``ns_per_day``, ``drift_mev_per_atom_ps``, ``first_step_s``, ``atoms`` and
-``timestep_fs``. Failed md cases are listed on the Overview with their reasons.
+``timestep_fs``. Failed md cases are listed on the Overview with their reasons; the
+largest-size table also names what stopped each backend's growth
+(``equibench.scaling``).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from equibench.dashboards.figures import (
     esc,
     prepared,
 )
+from plotly.subplots import make_subplots
 
 # extra key -> column of the page's tables
 METRICS = {"ns_per_day": "ns/day", "steps_per_s": "steps/s", "atom_steps_per_s": "atom-steps/s",
            "first_step_s": "first step (s)", "drift_mev_per_atom_ps": "drift (meV/atom/ps)",
-           "simulated_ps": "simulated (ps)", "atoms": "atoms", "timestep_fs": "timestep (fs)"}
+           "simulated_ps": "simulated (ps)", "atoms": "atoms", "timestep_fs": "timestep (fs)",
+           "temperature_mean_k": "mean T (K)"}
 PRECISIONS = ("float32", "float64")
 
 
@@ -41,19 +46,20 @@ def md_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def ns_per_day(frame: pd.DataFrame) -> Chart:
-    """Bars of ns/day: per structure and precision, a bar per backend (and model); a
-    machine menu."""
+    """Bars of ns/day: per structure, ensemble (nve, nvt) and precision, a bar per backend
+    (and model); a machine menu."""
     key, title = "md-ns-per-day", "md: ns/day per backend and precision"
     data = md_rows(frame)
     if data.empty:
         return Chart(key, title, None)
-    data = data.sort_values(["workload", "precision", "series"])
+    data = data.sort_values(["workload", "direction", "precision", "series"])
+    data["run"] = data["workload"] + " " + data["direction"]
     colors = _colors(list(data["series"]))
     fig = go.Figure()
     tags, legend_seen = [], set()
     for (machine, name), part in data.groupby(["machine", "series"]):
         fig.add_trace(go.Bar(
-            x=[part["workload"].map(esc).tolist(), part["precision"].map(esc).tolist()],
+            x=[part["run"].map(esc).tolist(), part["precision"].map(esc).tolist()],
             y=part["ns_per_day"], name=esc(name), legendgroup=esc(name),
             showlegend=name not in legend_seen, marker_color=colors[name],
             customdata=_hover(part),
@@ -69,14 +75,15 @@ def ns_per_day(frame: pd.DataFrame) -> Chart:
 
 
 def drift_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per machine, structure and backend: drift, the run's length, ns/day and first-step
-    time, float32 beside float64 ('' where a precision did not run ok)."""
+    """Per machine, structure, backend and ensemble (nve, nvt): drift, the run's length,
+    ns/day and first-step time, float32 beside float64 ('' where a precision did not run
+    ok)."""
     data = md_rows(frame)
     if data.empty:
         return pd.DataFrame()
     shown = {"drift_mev_per_atom_ps": "drift (meV/atom/ps)", "simulated_ps": "simulated (ps)",
              "ns_per_day": "ns/day", "first_step_s": "first step (s)"}
-    wide = data.pivot_table(index=["machine", "workload", "atoms", "series"],
+    wide = data.pivot_table(index=["machine", "workload", "atoms", "series", "direction"],
                             columns="precision", values=list(shown), aggfunc="last")
     present = [p for p in (*PRECISIONS, *sorted(set(data["precision"]) - set(PRECISIONS)))
                if p in set(data["precision"])]
@@ -84,3 +91,88 @@ def drift_table(frame: pd.DataFrame) -> pd.DataFrame:
     wide.columns = [f"{shown[m]} {p}" for m, p in wide.columns]
     return (wide.reset_index().rename(columns={"workload": "structure", "series": "backend"})
             .map(lambda v: ("" if v != v else f"{v:.4g}") if isinstance(v, float) else v))
+
+
+def _structure(workload: str) -> str:
+    from equibench.structures import StructureName
+
+    return StructureName.parse(workload).source
+
+
+def _scaling_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ok md rows of structures that ran at two sizes or more, with ``structure`` (the
+    replicated source), ``per_step_s`` and ``peak_mem_mib``."""
+    data = md_rows(frame)
+    if data.empty:
+        return data
+    data["structure"] = data["workload"].map(_structure)
+    data["per_step_s"] = data["time_median_s"] / data["batch"]
+    data["peak_mem_mib"] = data["peak_mem_bytes"].where(data["peak_mem_bytes"] >= 0) / 2**20
+    sizes = data.groupby("structure")["atoms"].transform("nunique")
+    return data[sizes >= 2]
+
+
+def scaling(frame: pd.DataFrame) -> list[Chart]:
+    """Per structure run at two sizes or more: seconds per MD step and peak memory against
+    atoms, a line per backend, precision and direction; a machine menu."""
+    data = _scaling_rows(frame)
+    charts = []
+    for structure, part in (data.groupby("structure") if not data.empty else []):
+        key = f"md-scaling-{len(charts)}"
+        fig = make_subplots(rows=1, cols=2, subplot_titles=("seconds per MD step",
+                                                            "peak memory (MiB)"))
+        part = part.sort_values("atoms")
+        part["line"] = part["series"] + " " + part["precision"] + " " + part["direction"]
+        colors = _colors(list(part["line"]))
+        tags, legend_seen = [], set()
+        for (machine, line), rows in part.groupby(["machine", "line"]):
+            for col, metric, unit in ((1, "per_step_s", "s/step"), (2, "peak_mem_mib", "MiB")):
+                fig.add_trace(go.Scatter(
+                    x=rows["atoms"], y=rows[metric], mode="lines+markers", name=esc(line),
+                    legendgroup=esc(line), showlegend=col == 1 and line not in legend_seen,
+                    line_color=colors[line], customdata=_hover(rows),
+                    hovertemplate=f"{esc(line)}: %{{y:.4g}} {unit} at %{{x}} atoms<br>"
+                                  + HOVER_TAIL), row=1, col=col)
+                tags.append(machine)
+            legend_seen.add(line)
+        fig.update_xaxes(type="log", title_text="atoms")
+        fig.update_yaxes(type="log")
+        fig.update_layout(height=460, margin=MARGIN)
+        add_selector(fig, tags, label="device")
+        charts.append(Chart(
+            key, f"md scaling: {structure}", fig,
+            part[[*CASE_COLUMNS, "atoms", "per_step_s", "peak_mem_bytes"]],
+            note="The structure in growing supercells, each backend until a size failed or "
+                 "took longer per step than the run's limit (the table below says which)."))
+    return charts
+
+
+def largest_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per machine, structure, backend, precision and direction of the scaling runs: the
+    largest size that ran ok, its seconds per step and peak memory, and what stopped the
+    next size ('' if nothing did)."""
+    data = _scaling_rows(frame)
+    if data.empty:
+        return pd.DataFrame()
+    keys = ["machine", "structure", "series", "precision", "direction"]
+    largest = data.sort_values("atoms").groupby(keys, as_index=False).tail(1)
+    every = prepared(frame[frame["level"] == "md"], ok_only=False)
+    every["structure"] = every["workload"].map(_structure)
+    stops = every[every["status"] != "ok"]
+    table = []
+    for _, row in largest.iterrows():
+        match = stops[(stops["structure"] == row["structure"])
+                      & (stops["implementation"] == row["implementation"])
+                      & (stops["variant"] == row["variant"])
+                      & (stops["precision"] == row["precision"])
+                      & (stops["direction"] == row["direction"])
+                      & (stops["machine"] == row["machine"])]
+        stopped = next((r for r in match["reason"] if str(r).startswith("not run (scaling)")),
+                       next(iter(match["reason"]), ""))
+        table.append({"machine": row["machine"], "structure": row["structure"],
+                      "backend": row["series"], "precision": row["precision"],
+                      "direction": row["direction"], "largest": row["workload"],
+                      "atoms": int(row["atoms"]), "s/step": f"{row['per_step_s']:.3g}",
+                      "peak MiB": f"{row['peak_mem_mib']:.4g}",
+                      "next size": str(stopped).removeprefix("not run (scaling): ")})
+    return pd.DataFrame(table)

@@ -63,16 +63,34 @@ HEADLINE_RULE = (
     "call's extra memory (CUDA caching allocator on GPUs, resident-set growth on CPUs); "
     "'not measured' where the row has none. Only ok rows count.")
 MD_INTRO = (
-    "Velocity-Verlet NVE runs of a structure with a model's forces on each backend "
+    "Velocity-Verlet NVE (<code>nve</code>) and Langevin NVT (<code>nvt</code>) runs of a "
+    "structure with a model's forces on each backend "
     "(<code>equibench/levels/md.py</code>); the neighbour list is rebuilt with vesin at every "
     "step, inside the timed call. Every ok row first matched the e3nn float64 model's energy "
     "and forces on its first frame.")
 MD_DRIFT_NOTE = (
     "Drift: the slope of the total energy over the whole run (every call, from the first "
-    "frame), per atom; the run's length is in each row (<code>extra.simulated_ps</code>), and "
+    "frame), per atom (<code>nvt</code>, Langevin: of the total energy less the heat the "
+    "thermostat put in); the run's length is in each row (<code>extra.simulated_ps</code>), and "
     "a short run measures the integrator's fluctuation as much as a drift. First step: the "
     "model's set-up on the backend (conversion, compilation, kernel build) and its first MD "
     "step.")
+MD_SCALING_NOTE = (
+    "Scaling runs (<code>equibench run --level md --scaling-limit S</code>, or a suite's "
+    "<code>scaling_limit_s</code>): a structure in growing supercells, each backend until a "
+    "size fails (out of memory, error, failed gate) or takes more than S seconds per step. "
+    "The table gives the largest size each backend ran on each device, and what stopped "
+    "the next.")
+
+
+def _md_scaling(frame: pd.DataFrame) -> list[Block]:
+    """The MD page's scaling section: a figure per structure and the largest sizes."""
+    charts = md.scaling(frame)
+    if not charts:
+        return ["<h2>Scaling</h2>" + _intro("No scaling run in these results. "
+                                            + MD_SCALING_NOTE)]
+    return ["<h2>Scaling</h2>" + _intro(MD_SCALING_NOTE), *charts,
+            table(md.largest_table(frame))]
 
 
 @dataclass(frozen=True)
@@ -277,8 +295,9 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
                                "implementation is the tensor-product backend, the variant "
                                "the model's option set."), *_models(frame)],
         "md.html": [_intro(MD_INTRO), md.ns_per_day(frame),
-                    "<h2>Energy drift (NVE)</h2>" + _intro(MD_DRIFT_NOTE)
-                    + table(md.drift_table(frame))],
+                    "<h2>Energy drift</h2>" + _intro(MD_DRIFT_NOTE)
+                    + table(md.drift_table(frame)),
+                    *_md_scaling(frame)],
         "roofline.html": [_intro("FLOPs and bytes come from the cost model (ideal minimum "
                                  "traffic), so intensity is a property of the workload."),
                           figures.roofline(frame, _peaks(frame, probe))],

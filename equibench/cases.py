@@ -7,7 +7,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 
 LEVELS = ("tp", "conv", "model", "md")
-DIRECTIONS = ("forward", "backward", "double_backward", "inference", "train_step", "nve")
+DIRECTIONS = ("forward", "backward", "double_backward", "inference", "train_step", "nve",
+              "nvt")
 
 
 @dataclass(frozen=True, order=True)

@@ -62,7 +62,7 @@ def _custom_workloads(args: argparse.Namespace, cfg: dict | None = None
 
 
 def _settings(args: argparse.Namespace, cfg: dict | None = None,
-              workloads: Sequence[CustomWorkload] = ()):
+              workloads: Sequence[CustomWorkload] = (), scaling_limit_s: float = 0.0):
     from equibench.measure import MeasureConfig
     from equibench.runner import RunSettings
     from equibench.schema import defaults
@@ -84,6 +84,7 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None,
         cpu_allocator=_cpu_allocator(args, cfg),
         plugins=tuple(given["plugins"]) + tuple(getattr(args, "plugin", None) or []),
         workloads=tuple(w.definition for w in workloads),
+        scaling_limit_s=scaling_limit_s,
     )
 
 
@@ -133,6 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not workloads:
         raise ValueError("--workload is required (at level tp --tp alone will do; at level "
                          "conv name a --tp workload with a graph: --workload NAME@qm9)")
+    if args.scaling_limit is not None and args.level != "md":
+        raise ValueError("--scaling-limit grows md structures: use it with --level md")
     cases = list(expand(
         level=args.level, workloads=workloads, implementations=_csv(args.implementation),
         directions=_csv(args.direction), precisions=_csv(args.precision), batches=args.batch,
@@ -142,8 +145,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     from equibench.runner import run_cases
 
-    frame = run_cases(cases, _settings(args, workloads=defined), args.out,
-                      progress=not args.quiet)
+    frame = run_cases(cases, _settings(args, workloads=defined,
+                                       scaling_limit_s=args.scaling_limit or 0.0),
+                      args.out, progress=not args.quiet)
     _print_table(frame)
     return 0
 
@@ -170,7 +174,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{len(cases)} cases: suite {args.suite}, {args.implementation}, {args.device}",
           flush=True)
     with exclusive(args.device, Path(args.out).parent / ".locks"):
-        frame = run_cases(cases, _settings(args, cfg, defined), args.out,
+        limit = config_mod.suite(cfg, args.suite).get("scaling_limit_s", 0.0)
+        frame = run_cases(cases, _settings(args, cfg, defined, limit), args.out,
                           progress=not args.quiet,
                           on_row=_log_row if args.quiet else None)
     _print_table(frame)
@@ -305,6 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")
     p.add_argument("--threads", type=int, help="torch threads on CPU (default: all cores)")
     p.add_argument("--budget", type=float, help="timing budget per case, seconds")
+    p.add_argument("--scaling-limit", type=float, metavar="SECONDS",
+                   help="level md: a scaling run; each structure's supercells "
+                        "(--workload diamond@2x2x2,diamond@3x3x3,...) run from the smallest up, "
+                        "and a backend stops growing after a size that fails or takes longer "
+                        "than SECONDS per MD step (its larger sizes: unavailable, with why)")
     p.add_argument("--rounds", type=int,
                    help="interleaved timing rounds (default 7): the implementations of each "
                         "case are timed round by round, in a fresh order each round")

@@ -62,6 +62,14 @@ def _check_environments(config: Mapping) -> None:
                 "of their own")
 
 
+def _check_scaling(config: Mapping) -> None:
+    for block in config["suites"]:
+        if "scaling_limit_s" in block and block["level"] != "md":
+            raise ConfigError(
+                f"suite {block['name']!r}: scaling_limit_s grows md structures, and the "
+                f"suite's level is {block['level']}; remove it or make the suite level md")
+
+
 def _check_workloads(config: Mapping) -> None:
     """Every user-defined workload is a tensor product (checked before any job runs)."""
     if not config["workloads"]:
@@ -81,6 +89,7 @@ def resolve(config: Mapping) -> dict:
     merged["preset"] = preset
     merged = validated(merged)
     _check_environments(merged)
+    _check_scaling(merged)
     _check_workloads(merged)
     return merged
 

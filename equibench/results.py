@@ -37,7 +37,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("workload", "str", "problem name, e.g. mace-large"),
     Column("implementation", "str", "registered implementation name, e.g. e3nn"),
     Column("variant", "str", "implementation option set (default unless a model switch)"),
-    Column("direction", "str", "forward, backward, double_backward, inference, train_step, nve"),
+    Column("direction", "str",
+           "forward, backward, double_backward, inference, train_step, nve, nvt"),
     Column("precision", "str", "float64, float32, tfloat32, bfloat16, float16"),
     Column("batch", "int", "work items per call (products for tp, MD steps for md, structures "
            "otherwise)"),

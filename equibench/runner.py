@@ -36,7 +36,15 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from equibench import allocator, custom_workloads, fork_server, machine_load, registry, results
+from equibench import (
+    allocator,
+    custom_workloads,
+    fork_server,
+    machine_load,
+    registry,
+    results,
+    scaling,
+)
 from equibench.cases import Case
 from equibench.correctness import compare
 from equibench.environment import capture
@@ -78,6 +86,10 @@ class RunSettings:
     # User-defined tensor-product workloads, as ``NAME=SPEC`` (equibench.custom_workloads):
     # the fork server may have started before they were read, so each case registers them.
     workloads: tuple[str, ...] = ()
+    # md level, > 0: a scaling run (equibench.scaling): each structure's supercells from the
+    # smallest up, a backend's larger sizes not run once one fails or takes longer than
+    # this many seconds per MD step.
+    scaling_limit_s: float = 0.0
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -423,6 +435,11 @@ def run_cases(
 
 def _run_cases(cases: list[Case], settings: RunSettings, out_path: str | Path | None,
                progress: bool, on_row: Callable[[dict], None] | None) -> pd.DataFrame:
+    growth = None
+    if settings.scaling_limit_s > 0:
+        if levels := sorted({c.level for c in cases} - {"md"}):
+            raise ValueError(f"a scaling run grows md structures; it has {levels} cases")
+        cases, growth = scaling.ordered(cases), scaling.Growth(settings.scaling_limit_s)
     ctx = fork_server.start(settings.cpu_allocator)
     devices = sorted({c.device for c in cases}) or ["cpu"]
     envs = {d: capture(d) for d in devices}
@@ -436,7 +453,14 @@ def _run_cases(cases: list[Case], settings: RunSettings, out_path: str | Path | 
     for (level, workload, direction, precision, batch, device), group in groups.items():
         bar.set_postfix_str(f"{len(group)} interleaved: {level} {workload} {direction} "
                             f"{precision} b={batch} {device}")
-        for row in _run_group(group, settings, ctx, unavailable):
+        skipped = [growth.skipped(c) for c in group] if growth else [None] * len(group)
+        running = [c for c, row in zip(group, skipped, strict=True) if row is None]
+        ran = iter(_run_group(running, settings, ctx, unavailable) if running else [])
+        for case, row in zip(group, skipped, strict=True):
+            if row is None:
+                row = next(ran)
+                if growth:
+                    growth.record(case, row)
             row.update(envs[row["device"]], run_id=settings.run_id,
                        config_hash=settings.config_hash,
                        timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))

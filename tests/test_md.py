@@ -89,6 +89,53 @@ def test_nve_runs_end_to_end_for_e3nn_and_fused(tmp_path) -> None:
         assert row["peak_mem_bytes"] > 0
 
 
+def springs_trajectory(system: md.System, springs: md.Potential,
+                       thermostat: md.Langevin | None = None) -> md.Trajectory:
+    return md.Trajectory(
+        potential=springs, neighbours=md.NeighbourList(2.0, system.cell, system.pbc),
+        masses=system.masses[:, None], cell=system.cell, pbc=system.pbc,
+        timestep=md.TIMESTEP_FS * units.fs, positions=system.positions.clone(),
+        velocities=md.initial_velocities(system, md.TEMPERATURE_K, seed=0),
+        thermostat=thermostat)
+
+
+def diamond_springs() -> tuple[md.System, md.Potential]:
+    """A 3x3x3 diamond crystal whose atoms sit on springs (1 eV/Å^2 to their start,
+    minimum image)."""
+    system = md.System.from_atoms(structures.load("diamond@3x3x3"))
+    cell, centre = system.cell, system.positions.clone()
+
+    def springs(positions, edge_index, shifts):
+        fractional = (positions - centre) @ torch.linalg.inv(cell)
+        offset = (fractional - torch.round(fractional)) @ cell
+        return 0.5 * (offset**2).sum(), -offset
+
+    return system, springs
+
+
+def test_nvt_holds_its_temperature_and_conserves_energy_less_heat() -> None:
+    """Langevin at 600 K on springs started at 300 K: the temperature climbs to the bath's
+    and the total energy less the heat put in holds as NVE's total energy does, while the
+    total energy itself moves by the heat."""
+    system, springs = diamond_springs()
+    bath = md.Langevin(600.0, 0.05 / units.fs, seed=3)  # a 20 fs relaxation time
+    state = springs_trajectory(system, springs, bath)
+    state.run(6000)  # 3 ps
+    kinetic = torch.stack(state.kinetic)
+    assert md.mean_temperature_k(kinetic[3000:], system.n_atoms) == pytest.approx(600, rel=0.1)
+    totals = torch.stack(state.totals)
+    heat = float(state.heat)
+    # Equipartition: 300 K more in 3N kinetic and 3N potential degrees of freedom is
+    # 3 N kB 300 K = 16.8 eV; what the bath put in is of that order.
+    assert heat > 0.5 * 3 * system.n_atoms * units.kB * 300
+    assert (totals - totals[0]).abs().max() < 1e-3 * heat
+    # The same seed gives the same trajectory.
+    first, second = (springs_trajectory(system, springs, bath) for _ in range(2))
+    first.run(50)
+    second.run(50)
+    assert torch.equal(first.positions, second.positions)
+
+
 def test_nve_conserves_energy_and_wraps_positions() -> None:
     """Atoms of a diamond cell on springs (1 eV/Å^2 to their start, minimum image): the
     total energy holds and the atoms that cross the cell's faces come back inside."""
@@ -100,10 +147,7 @@ def test_nve_conserves_energy_and_wraps_positions() -> None:
         offset = (fractional - torch.round(fractional)) @ cell
         return 0.5 * (offset**2).sum(), -offset
 
-    state = md.NVE(potential=springs, neighbours=md.NeighbourList(2.0, cell, system.pbc),
-                   masses=system.masses[:, None], cell=cell, pbc=system.pbc,
-                   timestep=md.TIMESTEP_FS * units.fs, positions=system.positions.clone(),
-                   velocities=md.initial_velocities(system, md.TEMPERATURE_K, seed=0))
+    state = springs_trajectory(system, springs)
     state.run(400)
     totals = torch.stack(state.totals)
     assert (totals - totals[0]).abs().max() < 1e-4 * totals[0].abs()
@@ -141,5 +185,5 @@ def test_md_names_are_checked_before_any_process() -> None:
                                 "cpu"))
     assert len(found) == 3
     assert "neither a built-in structure" in found[0]
-    assert "'fused'" in found[1] and "(valid: nve)" in found[2]
+    assert "'fused'" in found[1] and "(valid: nve, nvt)" in found[2]
     assert names.problems(md_case("e3nn")) == []

@@ -1,7 +1,9 @@
 """The ``md`` level: a molecular-dynamics run driven by a model's forces.
 
-One case is one velocity-Verlet NVE trajectory of a structure (:mod:`equibench.structures`)
-under a model on one backend and precision (the ``nve`` direction). The integrator is this
+One case is one trajectory of a structure (:mod:`equibench.structures`) under a model on
+one backend and precision: velocity-Verlet NVE (the ``nve`` direction) or Langevin NVT at
+:data:`TEMPERATURE_K` (``nvt``: the BAOAB splitting of Leimkuhler and Matthews, friction
+:data:`FRICTION_PER_FS`, one force evaluation per step as in NVE). The integrator is this
 module's own small torch loop (TorchSim's releases that install beside our pins are old;
 see the README): positions, velocities and forces stay in the case's dtype on its device,
 and forces are ``-dE/dx`` of the model, by autograd.
@@ -24,12 +26,16 @@ and forces are ``-dE/dx`` of the model, by autograd.
   (scaled by ``max(|E|, 1 eV)``). The runner gates the first call, then the frame the
   run has reached after timing.
 - **Recorded** (``Bench.summary``): ns/day at :data:`TIMESTEP_FS`, the first step's time
-  (model set-up: conversion, compilation, kernel build, plus the first step), and the NVE
-  energy drift over the whole run (every call, from the first frame), in meV/atom/ps.
+  (model set-up: conversion, compilation, kernel build, plus the first step), the energy
+  drift over the whole run (every call, from the first frame), in meV/atom/ps, and the
+  mean kinetic temperature. Under NVT the drift is that of the total energy less the heat
+  the thermostat put in (the kinetic energy its friction-and-noise steps changed), which
+  a correct integrator conserves as NVE conserves the total energy.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,9 +46,11 @@ from torch import Tensor
 
 from equibench.levels import Bench, Outputs
 
-DIRECTIONS = ("nve",)
+DIRECTIONS = ("nve", "nvt")
 TIMESTEP_FS = 0.5  # the hydrogen of water needs <= 0.5 fs
 TEMPERATURE_K = 300.0
+# Langevin friction of nvt: ASE's examples use 0.01/fs (a 100 fs relaxation time).
+FRICTION_PER_FS = 0.01
 FORCE_FLOOR = 0.01  # eV/Å: float32 round-off of vanishing forces stays far below it
 SECONDS_PER_DAY = 86_400.0
 
@@ -127,12 +135,30 @@ class NeighbourList:
         return edge_index, shifts
 
 
+@dataclass(frozen=True)
+class Langevin:
+    """The thermostat of an ``nvt`` run: ``temperature_k``, ``friction`` (1 / ASE time
+    unit) and the seed of its noise."""
+
+    temperature_k: float
+    friction: float
+    seed: int
+
+    def describe(self) -> str:
+        return (f"Langevin (BAOAB), {self.temperature_k:g} K, friction "
+                f"{FRICTION_PER_FS:g}/fs")
+
+
 @dataclass
-class NVE:
-    """Velocity-Verlet state of one trajectory, in one dtype on one device.
+class Trajectory:
+    """Integrator state of one trajectory, in one dtype on one device: velocity Verlet
+    (NVE), or with ``thermostat`` the BAOAB Langevin splitting (half kick, half drift,
+    friction and noise, half drift, forces, half kick).
 
     ``positions``, ``velocities``, ``forces`` ``(N, 3)``; ``energy ()`` (potential, eV);
-    ``totals``: the total energy after every step, the first frame's first.
+    ``totals``: after every step, the first frame's first, the total energy less the heat
+    the thermostat put in (under NVE, the total energy); ``kinetic``: the kinetic energy
+    after every step.
     """
 
     potential: Potential
@@ -145,7 +171,10 @@ class NVE:
     velocities: Tensor
     forces: Tensor | None = None
     energy: Tensor | None = None
+    thermostat: Langevin | None = None
     totals: list[Tensor] = field(default_factory=list)
+    kinetic: list[Tensor] = field(default_factory=list)
+    heat: Tensor | float = 0.0  # eV the thermostat put in so far
     steps: int = 0
     first_step_s: float = float("nan")  # the first frame and the first step, in seconds
     # Where the latest call started: the frame whose energy and forces it returned.
@@ -158,6 +187,15 @@ class NVE:
         self.periodic = torch.tensor(self.pbc, device=self.positions.device)
         self.inverse = (torch.linalg.inv(self.cell) if any(self.pbc)
                         else torch.zeros_like(self.cell))
+        if self.thermostat is not None:
+            from ase import units
+
+            self.noise = torch.Generator(self.positions.device)
+            self.noise.manual_seed(self.thermostat.seed)
+            # Ornstein-Uhlenbeck step over a whole timestep: v <- a v + b sqrt(kT/m) xi.
+            self.decay = math.exp(-self.thermostat.friction * self.timestep)
+            self.kick = (math.sqrt(1 - self.decay**2)
+                         * torch.sqrt(units.kB * self.thermostat.temperature_k / self.masses))
 
     def _evaluate(self) -> None:
         edge_index, shifts = self.neighbours(self.positions)
@@ -174,23 +212,41 @@ class NVE:
     def _kinetic(self) -> Tensor:
         return 0.5 * (self.masses * self.velocities**2).sum()
 
+    def _thermalize(self) -> None:
+        """The O step: friction and noise on the velocities, its heat counted."""
+        before = self._kinetic()
+        noise = torch.randn(self.velocities.shape, generator=self.noise,
+                            device=self.velocities.device, dtype=self.velocities.dtype)
+        self.velocities = self.decay * self.velocities + self.kick * noise
+        self.heat = self.heat + self._kinetic() - before
+
+    def _record(self) -> None:
+        kinetic = self._kinetic()
+        self.kinetic.append(kinetic)
+        self.totals.append(self.energy + kinetic - self.heat)
+
     def run(self, steps: int) -> Outputs:
-        """``steps`` velocity-Verlet steps; returns ``energy (1,)`` and ``forces (N, 3)`` of
+        """``steps`` integrator steps; returns ``energy (1,)`` and ``forces (N, 3)`` of
         the frame the run started from."""
         start = time.perf_counter()
         if self.forces is None:
             self._evaluate()
-            self.totals.append(self.energy + self._kinetic())
+            self._record()
         self.start_positions = self.positions
         started = {"energy": self.energy.reshape(1), "forces": self.forces}
         half = 0.5 * self.timestep
         for _ in range(steps):
             self.velocities = self.velocities + half * self.forces / self.masses
-            self.positions = self.positions + self.timestep * self.velocities
+            if self.thermostat is None:
+                self.positions = self.positions + self.timestep * self.velocities
+            else:
+                self.positions = self.positions + half * self.velocities
+                self._thermalize()
+                self.positions = self.positions + half * self.velocities
             self._wrap()
             self._evaluate()
             self.velocities = self.velocities + half * self.forces / self.masses
-            self.totals.append(self.energy + self._kinetic())
+            self._record()
             self.steps += 1
             if self.steps == 1:
                 self.first_step_s = time.perf_counter() - start
@@ -203,7 +259,7 @@ class FrameReference:
     ``(N, 3)`` on the frame the run's latest call started from (computed once per frame, in
     float64), and the forces of both sides relative to the largest reference force."""
 
-    state: NVE
+    state: Trajectory
     reference: Potential
     positions: Tensor | None = None  # the frame of ``energy`` and ``forces``
     energy: Tensor | None = None
@@ -244,24 +300,37 @@ def ns_per_day(steps_per_s: float, timestep_fs: float) -> float:
     return steps_per_s * timestep_fs * 1e-6 * SECONDS_PER_DAY
 
 
-def build_bench(steps: int, system: System, potential: Potential, reference: Potential,
-                cutoff: float, dtype: torch.dtype, device: str, seed: int,
-                setup_s: float, extra: dict) -> Bench:
-    """The :class:`Bench` of an NVE run of ``system`` (see the module docstring):
-    ``potential`` on the case's backend in ``dtype``, ``reference`` the float64 reference
-    model, ``setup_s`` the seconds its set-up took (conversion, compilation, kernel
-    build), ``extra`` what the model family records."""
+def mean_temperature_k(kinetic: Tensor, n_atoms: int) -> float:
+    """Mean kinetic temperature of ``kinetic (S + 1,)`` eV over ``3 n_atoms`` degrees of
+    freedom."""
     from ase import units
 
+    return float(kinetic.double().mean() * 2 / (3 * n_atoms * units.kB))
+
+
+def build_bench(direction: str, steps: int, system: System, potential: Potential,
+                reference: Potential, cutoff: float, dtype: torch.dtype, device: str,
+                seed: int, setup_s: float, extra: dict) -> Bench:
+    """The :class:`Bench` of a ``direction`` (``nve`` or ``nvt``) run of ``system`` (see the
+    module docstring): ``potential`` on the case's backend in ``dtype``, ``reference`` the
+    float64 reference model, ``setup_s`` the seconds its set-up took (conversion,
+    compilation, kernel build), ``extra`` what the model family records."""
+    from ase import units
+
+    if direction not in DIRECTIONS:
+        raise ValueError(f"md runs {', '.join(DIRECTIONS)}, not {direction!r}")
     system = system.rounded(dtype)
     cell = system.cell.to(device=device, dtype=dtype)
-    state = NVE(
+    thermostat = (Langevin(TEMPERATURE_K, FRICTION_PER_FS / units.fs, seed)
+                  if direction == "nvt" else None)
+    state = Trajectory(
         potential=potential, neighbours=NeighbourList(cutoff, system.cell, system.pbc),
         masses=system.masses.to(device=device, dtype=dtype)[:, None], cell=cell,
         pbc=system.pbc, timestep=TIMESTEP_FS * units.fs,
         positions=system.positions.to(device=device, dtype=dtype),
         velocities=initial_velocities(system, TEMPERATURE_K, seed).to(device=device,
                                                                       dtype=dtype),
+        thermostat=thermostat,
     )
     gate = FrameReference(state, reference)
 
@@ -271,6 +340,8 @@ def build_bench(steps: int, system: System, potential: Potential, reference: Pot
             "first_step_s": setup_s + state.first_step_s,
             "drift_mev_per_atom_ps": drift_mev_per_atom_ps(torch.stack(state.totals),
                                                            TIMESTEP_FS, system.n_atoms),
+            "temperature_mean_k": mean_temperature_k(torch.stack(state.kinetic),
+                                                     system.n_atoms),
             "steps_run": state.steps,
             "simulated_ps": state.steps * TIMESTEP_FS * 1e-3,
         }
@@ -290,7 +361,11 @@ def build_bench(steps: int, system: System, potential: Potential, reference: Pot
             "atom_steps_per_call": steps * system.n_atoms,
             "timestep_fs": TIMESTEP_FS,
             "temperature_k": TEMPERATURE_K,
-            "integrator": "velocity Verlet, NVE, one trajectory continued across calls",
+            "integrator": ("velocity Verlet, NVE" if thermostat is None
+                           else thermostat.describe())
+            + ", one trajectory continued across calls",
+            "drift_of": ("total energy" if thermostat is None
+                         else "total energy less the thermostat's heat"),
             "neighbour_list": f"vesin, {cutoff} Å, rebuilt every step (no skin), on the CPU",
             "model_setup_s": setup_s,
             "gate": "energy and forces of each call's start frame (the first call: the first "

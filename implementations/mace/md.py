@@ -85,7 +85,7 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     if case.implementation == "fused":
         extra["fused_kernels"] = kernel_backend(case.device)
     return md.build_bench(
-        steps=case.batch, system=system,
+        direction=case.direction, steps=case.batch, system=system,
         potential=MacePotential(model, _static(system, elements, dtype, case.device)),
         reference=MacePotential(reference, _static(system, elements, torch.float64,
                                                    case.device)),
