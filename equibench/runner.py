@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
@@ -100,18 +101,22 @@ def _is_oom(err: BaseException) -> bool:
 
 
 def _build(case: Case, precision: Precision, seed: int) -> Bench:
-    """The case's Bench; under automatic mixed precision its call runs in the autocast
-    region (built outside it: constants such as Clebsch-Gordan tables stay exact)."""
+    """The case's Bench; under automatic mixed precision its call and its equivariance
+    check run in the autocast region (built outside it: constants such as Clebsch-Gordan
+    tables stay exact)."""
     bench = registry.plugin(case).build(case, precision.dtype, seed)
     if precision.autocast is None:
         return bench
-    plain = bench.call
 
-    def call() -> dict:
-        with precision.autocast_context(case.device):
-            return plain()
+    def in_region(fn: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            with precision.autocast_context(case.device):
+                return fn()
 
-    return replace(bench, call=call)
+        return run
+
+    return replace(bench, call=in_region(bench.call),
+                   equivariance=bench.equivariance and in_region(bench.equivariance))
 
 
 def _implementation_unavailable(case: Case) -> str | None:

@@ -277,3 +277,13 @@ def _conv_bwd_backward(ctx: Any, ggx: OptTensor, ggy: OptTensor, ggw: OptTensor)
 
 conv_fwd.register_autograd(_conv_fwd_backward, setup_context=_conv_fwd_setup)
 conv_bwd.register_autograd(_conv_bwd_backward, setup_context=_conv_bwd_setup)
+
+
+# Under torch.autocast every op runs in float32, its inputs cast (as autocast does for the
+# ops on its float32 list): the CPU kernels have no bfloat16 or float16 path, and a model's
+# inputs come mixed there (a linear layer's lower-precision output beside float32 edge
+# features). A model's rows say so (``extra.autocast``).
+AUTOCAST = "fused kernels in float32 (inputs cast to float32 under autocast)"
+for _op in (tp_fwd, tp_bwd, tp_dbwd, conv_fwd, conv_bwd, conv_dbwd):
+    for _device in ("cpu", "cuda"):
+        torch.library.register_autocast(_op, _device, torch.float32)

@@ -48,6 +48,38 @@ def test_backend_matches_e3nn_float64(backend: str, direction: str) -> None:
     assert extra["breakdown"]["tensor product"] > 0
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("direction", ["inference", "train_step"])
+@pytest.mark.parametrize("backend", ["e3nn", "fused"])
+def test_autocast_bfloat16_is_gated_and_says_what_ran_in_it(backend: str,
+                                                            direction: str) -> None:
+    case = Case("model", "mace-qm9", backend, "small", direction, "amp-bfloat16", BATCH, "cpu")
+    row = run_case(case, QUICK)
+    if backend == "fused" and row["status"] == "unavailable":
+        pytest.skip(row["reason"])  # no C++ compiler here
+    assert row["status"] == "ok", row.get("reason")
+    # Really in bfloat16 (8 bits: float32 would be ~1e-6), within the amp-bfloat16 bound.
+    assert 1e-4 < row["max_scaled_err"] <= row["tolerance"] == 0.1
+    assert row["equivariance_err"] <= 0.1
+    autocast = row["extra"]["autocast"]
+    assert "aten::tensordot (e3nn o3.Linear) promoted" in autocast
+    assert ("fused kernels in float32" in autocast) == (backend == "fused")
+
+
+def test_tensordot_follows_autocast_only_inside_its_region() -> None:
+    from equibench.implementations.mace import autocast
+
+    autocast.extend()
+    x, w = torch.randn(4, 8, dtype=torch.bfloat16), torch.randn(8, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        # Promoted, as CUDA autocast does: the widest input dtype.
+        assert torch.tensordot(x, w, dims=1).dtype == torch.float32
+        assert torch.tensordot(x, w.bfloat16(), dims=1).dtype == torch.bfloat16
+        assert torch.tensordot(x.float(), w, dims=1).dtype == torch.float32
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.tensordot(x, w, dims=1)  # outside autocast, mixed dtypes stay an error
+
+
 def test_openequivariance_unavailable_on_cpu() -> None:
     row = run_case(mace_case("openequivariance", "inference"), QUICK)
     assert row["status"] == "unavailable"

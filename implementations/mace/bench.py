@@ -10,8 +10,10 @@ an NVE run of a structure (:mod:`.md`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
@@ -21,8 +23,10 @@ from equibench.cases import Case
 from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench, Outputs
 from equibench.levels.md import DIRECTIONS as MD_DIRECTIONS
+from equibench.precision import get_precision
 from equibench.registry import ModelFamily, register_model
 
+from . import autocast
 from .backends import BACKENDS, code_path, kernel_backend, on_backend, unavailable_reason
 from .inputs import WORKLOADS, Structures, load_structures, workload_elements
 from .md import build as build_md
@@ -75,13 +79,15 @@ def prepare(case: Case, dtype: torch.dtype, seed: int) -> MaceCase:
     )
 
 
-def _profile(mc: MaceCase, direction: str) -> dict[str, float]:
+def _profile(mc: MaceCase, direction: str,
+             region: AbstractContextManager | None = None) -> dict[str, float]:
     """Seconds per category of one step, on a copy of the model (a training step moves
-    the weights, and the gate needs them as built)."""
+    the weights, and the gate needs them as built), in ``region`` (autocast) if given."""
     model = copy.deepcopy(mc.model)
     step = make_step(direction, model, mc.structures.to(mc.dtype, mc.device))
-    step()  # warm-up: kernel builds, graph plans, allocator
-    return profile_categories(step, MACE_RULES, module_scopes(model), mc.device)
+    with region or contextlib.nullcontext():
+        step()  # warm-up: kernel builds, graph plans, allocator
+        return profile_categories(step, MACE_RULES, module_scopes(model), mc.device)
 
 
 def breakdown(case: Case, seed: int = 0) -> dict[str, float]:
@@ -140,7 +146,12 @@ def _max_batch_estimate(case: Case, mc: MaceCase) -> dict:
 
 
 def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
-    """The :class:`Bench` of ``case`` (see the module docstring)."""
+    """The :class:`Bench` of ``case`` (see the module docstring). Under an ``amp-``
+    precision the model runs under autocast with e3nn's tensordot on its list
+    (:mod:`.autocast`), and so does the profile of its breakdown."""
+    precision = get_precision(case.precision)
+    if precision.autocast is not None:
+        autocast.extend()
     mc = prepare(case, dtype, seed)
     s = mc.structures
     call = make_step(case.direction, mc.model, s.to(dtype, case.device))
@@ -171,11 +182,13 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
                      + (" (the backend under test, in float64)"
                         if case.implementation == "e3nn" else ""),
         # atoms/s = throughput * atoms_per_structure; latency = time_median_s.
-        "breakdown": _profile(mc, case.direction),
+        "breakdown": _profile(mc, case.direction, precision.autocast_context(case.device)),
         "breakdown_unit": "s per step, torch.profiler self time (profiler overhead included)",
     }
     if case.implementation == "fused":
         extra["fused_kernels"] = kernel_backend(case.device)
+    if precision.autocast is not None:
+        extra["autocast"] = autocast.describe(case.implementation)
     if case.direction == "train_step":
         extra["train"] = {
             "loss": "mace WeightedEnergyForcesLoss(1, 100) vs zero targets",
@@ -199,13 +212,6 @@ class Mace(ModelFamily):
     prefix = "mace"
     backends = BACKENDS
     precisions = frozenset({"float64", "float32", "amp-bfloat16", "amp-float16"})
-    # Seen here with every backend, CPU autocast: e3nn's o3.Linear (mace-torch's linear
-    # layers, kept by the cuEquivariance conversion too) meets a bfloat16 activation with
-    # float32 weights in its generated tensordot, which autocast does not cast.
-    AMP_UNSUPPORTED = ("mace-torch does not run under torch.autocast here: e3nn's o3.Linear "
-                       "(its generated tensordot) gets an autocast activation and float32 "
-                       "weights and raises 'both inputs should have same dtype' (every "
-                       "backend, CPU; untested on CUDA)")
     workloads = tuple(WORKLOADS)
     variants = tuple(VARIANTS)  # and any saved model, ``file:PATH`` (:meth:`has_variant`)
     directions = DIRECTIONS
@@ -235,8 +241,6 @@ class Mace(ModelFamily):
             return reason
         if case.direction not in DIRECTIONS:
             return f"MACE runs {', '.join(DIRECTIONS)}, not {case.direction}"
-        if case.precision.startswith("amp-") and not case.device.startswith("cuda"):
-            return self.AMP_UNSUPPORTED
         return self._saved_model_problem(case, lambda: workload_elements(case.workload))
 
     def _supports_md(self, case: Case) -> str | None:
