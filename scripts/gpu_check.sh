@@ -29,7 +29,8 @@ run() {  # run NAME equibench-run-arguments...
         --out "$OUT/$name.parquet" "$@" | tail -n 60 || echo "[gpu_check] $name failed: see above"
 }
 
-TP_ALL=mace-large,mace-medium,nequip-water,nequip-aspirin,nequip-toluene,nequip-benzene,diffdock-l1,diffdock-l2
+# OpenEquivariance's problems, under its names (README, Levels)
+TP_ALL=mace-large,mace-medium,nequip-lips,nequip-revmd17-aspirin,nequip-revmd17-toluene,nequip-revmd17-benzene,nequip-water,DiffDock-L=1,DiffDock-L=2
 IMPLS=e3nn,cuequivariance,openequivariance,fused
 
 "$PY" -m equibench.cli probe --device cuda:0 --out "$OUT/machine.json"
