@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-results/gpu-check}
-CHECKS=${CHECKS:-"tp tp-dbl conv kernels mace se3t"}
+CHECKS=${CHECKS:-"tp tp-dbl conv kernels mace se3t md"}
 BUDGET=${BUDGET:-0.5}
 mkdir -p "$OUT"
 
@@ -73,6 +73,12 @@ for check in $CHECKS; do
               timeout 300 torchrun --standalone --nproc_per_node 1 \
                 -m equibench.implementations.se3_transformer.ddp --steps 20 --batch 240 \
                 | tee "$OUT/se3t-ddp.json" || echo "[gpu_check] ddp failed" ;;
+        # MD scaling: diamond from 4,096 to 64,000 atoms, each backend until out of memory or
+        # over 0.5 s per step (the largest system per backend on this GPU).
+        md) run md-scaling --level md \
+                --workload diamond@8x8x8,diamond@12x12x12,diamond@16x16x16,diamond@20x20x20 \
+                --implementation "$IMPLS" --variant small,oeq --direction nve \
+                --precision float32 --batch 5 --scaling-limit 0.5 ;;
         *) echo "[gpu_check] unknown check $check" >&2; exit 2 ;;
     esac
 done

@@ -28,7 +28,7 @@ def _runs() -> list[list[str]]:
 
 def test_every_name_of_the_gpu_check_exists() -> None:
     runs = _runs()
-    assert len(runs) >= 8  # tp, tp-dbl, conv, kernels, three mace, two se3t
+    assert len(runs) >= 9  # tp, tp-dbl, conv, kernels, three mace, two se3t, md
     parser = build_parser()
     for arguments in runs:
         args = parser.parse_args(["run", "--device", "cuda:0", *arguments])
