@@ -237,6 +237,18 @@ def cmd_list(args: argparse.Namespace) -> int:
     for name, p in TP_WORKLOADS.items():
         print(f"  {name:16s} {p.mode} {p.irreps_in1} x {p.irreps_in2} ({len(p.instructions)} "
               "paths)")
+    print("model families (level model; md: the families with md directions):")
+    for family in registry.families():
+        print(f"  {family.prefix:16s} workloads {', '.join(family.workloads)}")
+        variants = ", ".join((*family.variants, *family.variant_forms))
+        print(f"  {'':16s} backends {', '.join(family.backends)}; variants {variants}; "
+              f"directions {', '.join(family.directions)}"
+              + (f"; md directions {', '.join(family.md_directions)}"
+                 if family.md_directions else ""))
+    from equibench.structures import BUILTINS
+
+    print(f"md structures: {', '.join(BUILTINS)}, or any file ASE reads; SOURCE@AxBxC "
+          "replicates it into a supercell")
     return 0
 
 

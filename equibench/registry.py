@@ -180,6 +180,9 @@ class ModelFamily:
     # The names a case may use (checked, with suggestions, before any process starts).
     workloads: ClassVar[tuple[str, ...]] = ()
     variants: ClassVar[tuple[str, ...]] = ()
+    # Variants beyond ``variants`` that :meth:`has_variant` takes, as ``equibench list``
+    # shows them (MACE: ``file:PATH``).
+    variant_forms: ClassVar[tuple[str, ...]] = ()
     directions: ClassVar[tuple[str, ...]] = ()
     md_directions: ClassVar[tuple[str, ...]] = ()  # none: no md level
 

@@ -33,3 +33,11 @@ def test_run_show_roundtrip(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "equibench.cli", "show", str(out)],
                            check=True, capture_output=True, text=True, timeout=120)
     assert "2 rows: ok 2" in shown.stdout
+
+
+def test_list_names_model_families_and_md_structures(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "file:PATH (a saved mace-torch model)" in out
+    assert "md directions nve, nvt" in out
+    assert "md structures: water-box, diamond, or any file ASE reads" in out

@@ -213,7 +213,8 @@ class Mace(ModelFamily):
     backends = BACKENDS
     precisions = frozenset({"float64", "float32", "amp-bfloat16", "amp-float16"})
     workloads = tuple(WORKLOADS)
-    variants = tuple(VARIANTS)  # and any saved model, ``file:PATH`` (:meth:`has_variant`)
+    variants = tuple(VARIANTS)
+    variant_forms = (f"{FILE_PREFIX}PATH (a saved mace-torch model)",)
     directions = DIRECTIONS
     md_directions = MD_DIRECTIONS
 
