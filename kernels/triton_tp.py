@@ -131,8 +131,52 @@ def _ordered(
     return [e[:, n].contiguous() for n in range(len(_COLS))], t.coef[seg.perm].to(device, dtype)
 
 
+# Rows per program (BZ) and warps tried on a GPU, per problem size and dtype: more rows
+# per program reuse a slot's table entries more, fewer give more programs. BZ x BU (the
+# padded multiplicity) stays within 4096 elements, the accumulator's register budget. The
+# interpreter (CPU tests, TRITON_INTERPRET=1) runs the default alone: there is no GPU time
+# to tune on.
+DEFAULT_BLOCK_ROWS = 16
+_BLOCK_ROWS = (8, 16, 32, 64, 128)
+_WARPS = (2, 4, 8)
+_MAX_BLOCK = 4096
+
+
+def default_block_rows(bu: int) -> int:
+    return max(1, min(DEFAULT_BLOCK_ROWS, _MAX_BLOCK // bu))
+
+
+def _prune(configs: list, named_args: dict, **kwargs) -> list:
+    """The configurations that fit the register budget; under the interpreter, or where
+    none fits, the default alone."""
+    bu = kwargs["BU"]
+    fits = [c for c in configs if c.kwargs["BZ"] * bu <= _MAX_BLOCK]
+    if os.environ.get("TRITON_INTERPRET") == "1" or not fits:
+        return [triton.Config({"BZ": default_block_rows(bu)}, num_warps=4)]
+    return fits
+
+
+def _autotuned(written: str):
+    """Autotune a kernel over :data:`_BLOCK_ROWS` x :data:`_WARPS`, keyed on the problem's
+    dimensions and whether it gathers (a convolution) or not; ``written``, the output it
+    stores or adds into, is restored after each trial run (the convolutions add into it
+    atomically)."""
+
+    def wrap(kernel):
+        return triton.autotune(
+            configs=[triton.Config({"BZ": bz}, num_warps=w)
+                     for bz in _BLOCK_ROWS for w in _WARPS],
+            key=["B", "XD", "YD", "WD", "OD", "GATHER"],
+            prune_configs_by={"early_config_prune": _prune},
+            restore_value=[written],
+        )(kernel)
+
+    return wrap
+
+
 if triton is not None:
 
+    @_autotuned("out_ptr")
     @triton.jit
     def _fwd(x_ptr, y_ptr, w_ptr, out_ptr, xi_ptr, oi_ptr, ptr, slots,
              mode_t, hw_t, xb_t, dx_t, mul1_t, yc_t, wb_t, wu_t, coef_t,
@@ -182,6 +226,7 @@ if triton is not None:
         else:
             tl.store(optr, acc, mask=m2)
 
+    @_autotuned("gx_ptr")
     @triton.jit
     def _bwd_x(g_ptr, y_ptr, w_ptr, gx_ptr, xi_ptr, gi_ptr, ptr, slots,
                mode_t, hw_t, yc_t, ob_t, do_t, mul3_t, wb_t, wu_t, coef_t,
@@ -231,6 +276,7 @@ if triton is not None:
         else:
             tl.store(optr, acc, mask=m2)
 
+    @_autotuned("gy_ptr")
     @triton.jit
     def _bwd_y(x_ptr, g_ptr, w_ptr, gy_ptr, xi_ptr, gi_ptr, ptr,
                mode_t, hw_t, xb_t, dx_t, mul1_t, ob_t, do_t, mul3_t, wb_t, wu_t, coef_t,
@@ -279,6 +325,7 @@ if triton is not None:
                     acc += c * xs * tl.sum(wv * gv, axis=1)
         tl.store(gy_ptr + z64 * YD + s, acc, mask=zm)
 
+    @_autotuned("gw_ptr")
     @triton.jit
     def _bwd_w(x_ptr, y_ptr, g_ptr, gw_ptr, xi_ptr, gi_ptr, ptr, slots,
                xb_t, dx_t, yc_t, ob_t, do_t, coef_t,
@@ -332,12 +379,11 @@ if triton is not None:
 class TritonKernels:
     """Triton implementation of the :class:`.ops.Kernels` interface for one descriptor."""
 
-    def __init__(self, desc: TPDescriptor, block_rows: int = 16) -> None:
+    def __init__(self, desc: TPDescriptor) -> None:
         _require_triton()
         self.desc = desc
         self.t = _Tables(desc)
         self.bu = triton.next_power_of_2(self.t.max_mul)
-        self.bz = max(1, min(block_rows, 4096 // self.bu))
         self._dev: dict[tuple, dict] = {}
 
     def _tables(self, device: torch.device, dtype: torch.dtype) -> dict:
@@ -359,8 +405,10 @@ class TritonKernels:
         d = self.desc
         return rows, d.in1_dim, d.in2_dim, d.weight_numel, d.out_dim
 
-    def _grid(self, rows: int, slots: int) -> tuple[int, int]:
-        return triton.cdiv(rows, self.bz), slots
+    @staticmethod
+    def _grid(rows: int, slots: int):
+        """The launch grid for the block size the autotuner picks."""
+        return lambda meta: (triton.cdiv(rows, meta["BZ"]), slots)
 
     # ------------------------------------------------------------ launches
     # ``xi``/``gi``: row of x / of grad_out (or out) for each edge (convolution), or None.
@@ -378,7 +426,7 @@ class TritonKernels:
         _fwd[self._grid(rows, nslots)](
             x, y, w, out, xi, oi, ptr, tb["out_slots"],
             c["mode"], c["hw"], c["xb"], c["dx"], c["mul1"], c["yc"], c["wb"], c["wu"], coef,
-            *self._dims(rows), GATHER=xi is not None, SKIP_UNW=wonly, BZ=self.bz, BU=self.bu,
+            *self._dims(rows), GATHER=xi is not None, SKIP_UNW=wonly, BU=self.bu,
         )  # fmt: skip
 
     def _launch_bwd(
@@ -391,7 +439,7 @@ class TritonKernels:
             return
         tb = self._tables(y.device, y.dtype)
         dims = self._dims(rows)
-        flags = dict(GATHER=xi is not None, BZ=self.bz, BU=self.bu)
+        flags = dict(GATHER=xi is not None, BU=self.bu)
         if gx is not None and self.t.x_slots.shape[0]:
             ptr, c, coef = tb["x"]
             _bwd_x[self._grid(rows, self.t.x_slots.shape[0])](

@@ -48,6 +48,40 @@ def test_tp(name: str, dtype: torch.dtype) -> None:
 
 
 def test_conv() -> None:
+    _check_conv()
+
+
+def test_autotuning_trials_leave_the_outputs_as_one_launch_would(monkeypatch) -> None:
+    """On a GPU the autotuner runs each configuration on the real buffers, and the
+    convolutions add into theirs atomically: every trial must be undone (restore_value).
+    Here the interpreter stands in for the GPU and a stand-in timer makes each trial run
+    twice and ranks the configurations in the order tried (the first, 8 rows per program,
+    not the default 16, wins)."""
+    from equibench.kernels import triton_tp
+
+    trials = []
+
+    def bench(kernel_call, quantiles):
+        kernel_call()
+        kernel_call()
+        trials.append(kernel_call)
+        return [float(len(trials))] * 3
+
+    def fitting(configs, named_args, **kwargs):
+        return [c for c in configs if c.kwargs["BZ"] * kwargs["BU"] <= 4096][:3]
+
+    for kernel in (triton_tp._fwd, triton_tp._bwd_x, triton_tp._bwd_y, triton_tp._bwd_w):
+        monkeypatch.setattr(kernel, "early_config_prune", fitting)
+        monkeypatch.setitem(kernel.__dict__, "do_bench", bench)
+        monkeypatch.setattr(kernel, "cache", {})
+    _check_conv()
+    assert len(trials) >= 3 * 4  # three configurations of each kernel were tried
+    assert all(config.kwargs["BZ"] == 8 for kernel in (triton_tp._fwd, triton_tp._bwd_w)
+               for config in kernel.cache.values())
+
+
+def _check_conv() -> None:
+    """The Triton convolution, forward, backward and double backward, against e3nn's."""
     desc = mixed_descriptor()
     k = triton_kernels(desc)
     src, dst = random_graph(5, 9, seed=2)
