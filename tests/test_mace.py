@@ -116,13 +116,23 @@ def test_fused_backend_runs_the_fused_convolution() -> None:
         bench = family.build_bench(mace_case("fused", "train_step"), torch.float32, seed=0)
     except registry.Unsupported as err:
         pytest.skip(str(err))
-    e3nn_tp_calls = []
-    hook = torch.nn.modules.module.register_module_forward_hook(
-        # The convolution's e3nn product is a plain TensorProduct (skip_tp is a subclass).
-        lambda module, args, out: (
-            e3nn_tp_calls.append(module) if type(module) is o3.TensorProduct else None
-        )
+    from equibench.implementations.mace.symmetric_contraction import (
+        SparseSymmetricContraction,
     )
+    from mace.modules.symmetric_contraction import Contraction
+
+    e3nn_tp_calls, mace_contractions, ours = [], [], []
+
+    def seen(module, args, out) -> None:
+        # The convolution's e3nn product is a plain TensorProduct (skip_tp is a subclass).
+        if type(module) is o3.TensorProduct:
+            e3nn_tp_calls.append(module)
+        elif isinstance(module, Contraction):
+            mace_contractions.append(module)
+        elif isinstance(module, SparseSymmetricContraction):
+            ours.append(module)
+
+    hook = torch.nn.modules.module.register_module_forward_hook(seen)
     try:
         with _CountOps() as counter:
             bench.call()
@@ -135,7 +145,9 @@ def test_fused_backend_runs_the_fused_convolution() -> None:
     assert counter.counts.get("equibench.conv_fwd") == layers
     assert counter.counts.get("equibench.conv_bwd") == 2 * layers
     assert counter.counts.get("equibench.conv_dbwd") == layers
-    assert e3nn_tp_calls == []
+    assert e3nn_tp_calls == [] and mace_contractions == []
+    assert len(ours) == layers  # the product basis of every interaction is ours
+    assert bench.extra["fused_parts"][1].startswith("product basis: equibench sparse")
 
 
 def test_profile_categories_attributes_backward_to_the_forward_module() -> None:
@@ -170,5 +182,6 @@ def test_rows_name_the_modules_that_ran_and_the_fallback():
         paths[backend] = code_path(prepare(case, torch.float32, 0).model)
     assert "e3nn.TensorProduct" in paths["e3nn"]["path"] and not paths["e3nn"]["fallback"]
     assert "equibench.FusedConvolution" in paths["fused"]["path"]
+    assert "equibench.SparseSymmetricContraction" in paths["fused"]["path"]
     assert "cuequivariance_torch.SymmetricContraction" in paths["cuequivariance"]["path"]
     assert "naive" in paths["cuequivariance"]["fallback"]  # no CUDA ops on this machine

@@ -26,7 +26,7 @@ def describe(backend: str) -> str:
     if backend == "fused":
         from equibench.kernels import ops
 
-        text += f"; {ops.AUTOCAST}"
+        text += f"; {ops.AUTOCAST}; the sparse symmetric contraction in float32 too"
     return text
 
 

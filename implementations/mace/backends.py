@@ -110,6 +110,29 @@ def use_fused_convolution(model: torch.nn.Module, backend: str) -> torch.nn.Modu
     return model
 
 
+def use_sparse_symmetric_contraction(model: torch.nn.Module) -> torch.nn.Module:
+    """Replace, in place, every product block's symmetric contraction by ours
+    (:class:`.symmetric_contraction.SparseSymmetricContraction`: the same weights and
+    function, computed from the nonzero entries of its U tensors)."""
+    from mace.modules.symmetric_contraction import SymmetricContraction
+
+    from .symmetric_contraction import SparseSymmetricContraction
+
+    for block in model.products:
+        if not isinstance(block.symmetric_contractions, SymmetricContraction):
+            raise TypeError(f"{type(block).__name__}.symmetric_contractions is "
+                            f"{type(block.symmetric_contractions).__name__}, not mace-torch's "
+                            "SymmetricContraction")
+        block.symmetric_contractions = SparseSymmetricContraction(
+            block.symmetric_contractions)
+    return model
+
+
+# What the fused backend replaces in a mace-torch model (``extra.fused_parts``).
+FUSED_PARTS = ("interaction convolution: equibench fused kernels (conv_tp + scatter)",
+               "product basis: equibench sparse symmetric contraction")
+
+
 def _restoring_default_dtype(convert: Callable[..., torch.nn.Module]) -> Callable:
     """mace-torch's converters set the global default dtype to the model's; undo that."""
 
@@ -161,9 +184,10 @@ def on_backend(model: torch.nn.Module, backend: str, device: str) -> torch.nn.Mo
         from equibench.kernels import KernelUnavailable
 
         try:
-            return use_fused_convolution(model, kernel_backend(device))
+            model = use_fused_convolution(model, kernel_backend(device))
         except KernelUnavailable as err:
             raise Unsupported(f"fused kernels unavailable: {err}") from err
+        return use_sparse_symmetric_contraction(model)
     if backend == "cuequivariance":
         from mace.cli.convert_e3nn_cueq import run
 

@@ -27,7 +27,14 @@ from equibench.precision import get_precision
 from equibench.registry import ModelFamily, register_model
 
 from . import autocast
-from .backends import BACKENDS, code_path, kernel_backend, on_backend, unavailable_reason
+from .backends import (
+    BACKENDS,
+    FUSED_PARTS,
+    code_path,
+    kernel_backend,
+    on_backend,
+    unavailable_reason,
+)
 from .inputs import WORKLOADS, Structures, load_structures, workload_elements
 from .md import build as build_md
 from .models import (
@@ -187,6 +194,7 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     }
     if case.implementation == "fused":
         extra["fused_kernels"] = kernel_backend(case.device)
+        extra["fused_parts"] = list(FUSED_PARTS)
     if precision.autocast is not None:
         extra["autocast"] = autocast.describe(case.implementation)
     if case.direction == "train_step":

@@ -20,7 +20,7 @@ from equibench import structures
 from equibench.cases import Case
 from equibench.levels import Bench, md
 
-from .backends import code_path, kernel_backend, on_backend
+from .backends import FUSED_PARTS, code_path, kernel_backend, on_backend
 from .models import model_spec
 
 
@@ -84,6 +84,7 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     }
     if case.implementation == "fused":
         extra["fused_kernels"] = kernel_backend(case.device)
+        extra["fused_parts"] = list(FUSED_PARTS)
     return md.build_bench(
         direction=case.direction, steps=case.batch, system=system,
         potential=MacePotential(model, _static(system, elements, dtype, case.device)),
