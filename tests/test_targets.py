@@ -79,3 +79,23 @@ def test_rows_of_different_runs_are_never_paired(tmp_path, capsys):
     assert _targets().main([str(tmp_path / "r.parquet")]) == 0
     out = capsys.readouterr().out
     assert out.count("fused kernels (float32)") == 2 and "run other on elsewhere" in out
+
+
+def test_mace_targets_are_the_oeq_models(tmp_path, capsys):
+    frame = results.read(BASELINE)
+    mace = frame[(frame["level"] == "model") & (frame["workload"] == "mace-qm9")]
+    assert _targets().main([str(BASELINE)]) == 0
+    out = capsys.readouterr().out
+    assert "MACE mace-qm9 [small] (float32): no targets" in out
+    small = next(ln for ln in out.splitlines() if "inference b=32: e3nn / fused" in ln)
+    assert "target" not in small
+    # The same rows as the oeq model's are held to its targets.
+    results.write_atomic(pd.concat([frame[frame["workload"] != "mace-qm9"],
+                                    mace.assign(variant="oeq")]), tmp_path / "r.parquet")
+    assert _targets().main([str(tmp_path / "r.parquet")]) == 0
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("  ") and " b=32: " in ln]
+    assert any("e3nn / fused" in ln and "target >= 5x" in ln for ln in lines)
+    assert any("train_step" in ln and "e3nn / fused" in ln and "target >= 4x" in ln
+               for ln in lines)
+    assert any("peak memory fused / e3nn" in ln and "target <= 0.5" in ln for ln in lines)
