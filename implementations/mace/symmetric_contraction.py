@@ -20,8 +20,8 @@ as rows of ``b * c`` columns:
    row of the degree below times a feature row;
 2. ``Q_nu = C_nu @ P_nu``, ``C_nu`` the sparse matrix of coefficients from monomials to
    rows ``(output irrep, k, m)``;
-3. each row of ``Q_nu`` times its weight row ``W_nu[k]`` (the node's element's), summed
-   into the output components.
+3. each row of ``Q_nu`` times its weight row ``W_nu[k]`` (the node's element's), and a
+   small 0/1 matrix sums the rows into the output components.
 
 Columns are processed in blocks of :data:`BLOCK` so that the monomials stay in cache. All
 in torch operations whose derivatives are torch operations (the sparse product's backward
@@ -122,8 +122,11 @@ class SparseSymmetricContraction(torch.nn.Module):
                                                                          for j, k, _ in rows}))}
             self.register_buffer(f"weight_row_{nu}", torch.tensor(
                 [weight_rows[j, k] for j, k, _ in rows]), persistent=False)
-            self.register_buffer(f"out_row_{nu}", torch.tensor(
-                [self.offsets[j] + m for j, _, m in rows]), persistent=False)
+            # (output components, rows): sums each row into its output component
+            gather = torch.zeros(sum(self.dims), len(rows), dtype=torch.float64)
+            for n, (j, _, m) in enumerate(rows):
+                gather[self.offsets[j] + m, n] = 1.0
+            self.register_buffer(f"sum_rows_{nu}", gather, persistent=False)
             setattr(self, f"_weight_paths_{nu}", sorted(weight_rows, key=weight_rows.get))
             self.correlations.append(nu)
         self._sparse: dict[tuple, tuple[Tensor, Tensor]] = {}
@@ -144,15 +147,16 @@ class SparseSymmetricContraction(torch.nn.Module):
         return self._sparse[key]
 
     def _weights(self, nu: int, y: Tensor) -> Tensor:
-        """``(weight rows, b * c)``: row ``(j, k)`` of correlation ``nu`` for each node's
-        element, per channel."""
+        """``(rows, b * c)``: the weight of each row of correlation ``nu``, ``(j, k)``, for
+        each node's element, per channel."""
         rows = []
         for j, k in getattr(self, f"_weight_paths_{nu}"):
             contraction = self.contractions[j]
             weight = (contraction.weights_max if nu == contraction.correlation
                       else contraction.weights[contraction.correlation - 1 - nu])
             rows.append(y @ weight[:, k, :])  # (b, c)
-        return torch.stack(rows).reshape(len(rows), -1)
+        return torch.stack(rows).reshape(len(rows), -1).index_select(
+            0, self.get_buffer(f"weight_row_{nu}"))
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         if torch.is_autocast_enabled(x.device.type):
@@ -162,24 +166,22 @@ class SparseSymmetricContraction(torch.nn.Module):
             with torch.autocast(x.device.type, enabled=False):
                 return self.forward(x.to(dtype), y.to(dtype))
         b, c, n_ell = x.shape
-        features = x.reshape(b * c, n_ell).t()  # (i, b * c)
-        weights = {nu: self._weights(nu, y) for nu in self.correlations}
+        features = x.reshape(b * c, n_ell).t().contiguous()  # (i, b * c)
+        # Split once: the backward of a split is one concatenation, that of a slice a
+        # zero-filled tensor of the whole per slice.
+        weights = {nu: self._weights(nu, y).split(BLOCK, dim=1) for nu in self.correlations}
         matrices = {nu: self._matrices(nu, x.dtype, x.device) for nu in self.correlations}
         blocks = []
-        for start in range(0, b * c, BLOCK):
-            block = features[:, start:start + BLOCK]
+        for n, block in enumerate(features.split(BLOCK, dim=1)):
             monomials = [block.index_select(0, self.get_buffer("last_1"))]
             for degree in range(2, max(self.correlations, default=0) + 1):
                 monomials.append(
                     monomials[-1].index_select(0, self.get_buffer(f"prefix_{degree}"))
                     * block.index_select(0, self.get_buffer(f"last_{degree}")))
-            out = block.new_zeros(sum(self.dims), block.shape[1])
-            for nu in self.correlations:
-                rows = _SparseMatmul.apply(*matrices[nu], monomials[nu - 1])
-                rows = rows * weights[nu][:, start:start + BLOCK].index_select(
-                    0, self.get_buffer(f"weight_row_{nu}"))
-                out = out.index_add(0, self.get_buffer(f"out_row_{nu}"), rows)
-            blocks.append(out)
+            parts = [self.get_buffer(f"sum_rows_{nu}").to(x.dtype)
+                     @ (_SparseMatmul.apply(*matrices[nu], monomials[nu - 1]) * weights[nu][n])
+                     for nu in self.correlations]
+            blocks.append(torch.stack(parts).sum(0) if len(parts) > 1 else parts[0])
         out = torch.cat(blocks, dim=1)  # (sum of dims, b * c)
         return torch.cat([out[o:o + d].reshape(d, b, c).permute(1, 2, 0).reshape(b, c * d)
                           for o, d in zip(self.offsets, self.dims, strict=True)], dim=-1)
