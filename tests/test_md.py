@@ -99,10 +99,10 @@ def springs_trajectory(system: md.System, springs: md.Potential,
         thermostat=thermostat)
 
 
-def diamond_springs() -> tuple[md.System, md.Potential]:
-    """A 3x3x3 diamond crystal whose atoms sit on springs (1 eV/Å^2 to their start,
-    minimum image)."""
-    system = md.System.from_atoms(structures.load("diamond@3x3x3"))
+def diamond_springs(workload: str = "diamond@3x3x3") -> tuple[md.System, md.Potential]:
+    """A diamond crystal whose atoms sit on springs (1 eV/Å^2 to their start, minimum
+    image)."""
+    system = md.System.from_atoms(structures.load(workload))
     cell, centre = system.cell, system.positions.clone()
 
     def springs(positions, edge_index, shifts):
@@ -139,14 +139,8 @@ def test_nvt_holds_its_temperature_and_conserves_energy_less_heat() -> None:
 def test_nve_conserves_energy_and_wraps_positions() -> None:
     """Atoms of a diamond cell on springs (1 eV/Å^2 to their start, minimum image): the
     total energy holds and the atoms that cross the cell's faces come back inside."""
-    system = md.System.from_atoms(structures.diamond())
+    system, springs = diamond_springs("diamond")
     cell, centre = system.cell, system.positions.clone()
-
-    def springs(positions, edge_index, shifts):
-        fractional = (positions - centre) @ torch.linalg.inv(cell)
-        offset = (fractional - torch.round(fractional)) @ cell
-        return 0.5 * (offset**2).sum(), -offset
-
     state = springs_trajectory(system, springs)
     state.run(400)
     totals = torch.stack(state.totals)

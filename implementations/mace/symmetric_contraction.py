@@ -109,6 +109,7 @@ class SparseSymmetricContraction(torch.nn.Module):
         # output row (j, m).
         self.correlations: list[int] = []
         self._coefficients: dict[int, tuple[Tensor, Tensor, Tensor]] = {}
+        self._weight_paths: dict[int, list[tuple[int, int]]] = {}  # nu -> its (j, k) rows
         for nu, entries in found.items():
             if not entries:
                 continue
@@ -127,7 +128,7 @@ class SparseSymmetricContraction(torch.nn.Module):
             for n, (j, _, m) in enumerate(rows):
                 gather[self.offsets[j] + m, n] = 1.0
             self.register_buffer(f"sum_rows_{nu}", gather, persistent=False)
-            setattr(self, f"_weight_paths_{nu}", sorted(weight_rows, key=weight_rows.get))
+            self._weight_paths[nu] = sorted(weight_rows, key=weight_rows.get)
             self.correlations.append(nu)
         self._sparse: dict[tuple, tuple[Tensor, Tensor]] = {}
 
@@ -150,7 +151,7 @@ class SparseSymmetricContraction(torch.nn.Module):
         """``(rows, b * c)``: the weight of each row of correlation ``nu``, ``(j, k)``, for
         each node's element, per channel."""
         rows = []
-        for j, k in getattr(self, f"_weight_paths_{nu}"):
+        for j, k in self._weight_paths[nu]:
             contraction = self.contractions[j]
             weight = (contraction.weights_max if nu == contraction.correlation
                       else contraction.weights[contraction.correlation - 1 - nu])
