@@ -27,6 +27,8 @@ SUPERCELL = re.compile(r"^(\d+)x(\d+)x(\d+)$")
 # Water at 1 g/cm^3: 18.015 g/mol / 6.02214e23 /mol = 29.915 Å^3 per molecule.
 WATER_VOLUME_A3 = 29.915
 DIAMOND_LATTICE_A = 3.567
+# Solid argon, fcc, a = 5.26 Å (near 0 K; Barrett & Meyer, J. Chem. Phys. 41, 1078 (1964)).
+ARGON_LATTICE_A = 5.26
 
 
 def water_box(per_side: int = 2, seed: int = 0) -> Atoms:
@@ -58,7 +60,18 @@ def diamond() -> Atoms:
     return bulk("C", "diamond", a=DIAMOND_LATTICE_A, cubic=True)
 
 
-BUILTINS: dict[str, Callable[[], Atoms]] = {"water-box": water_box, "diamond": diamond}
+def argon() -> Atoms:
+    """The cubic 4-atom cell of fcc argon (a = 5.26 Å), periodic. With MACE-MP's 6 Å
+    cutoff each atom has 18 neighbours (12 at 3.72 Å, 6 at 5.26 Å): ``argon@10x10x10`` is
+    a graph of 4,000 atoms and 72,000 edges, the size of cuEquivariance's MACE-MP case."""
+    from ase.build import bulk
+
+    return bulk("Ar", "fcc", a=ARGON_LATTICE_A, cubic=True)
+
+
+BUILTINS: dict[str, Callable[[], Atoms]] = {
+    "water-box": water_box, "diamond": diamond, "argon": argon,
+}
 
 
 @dataclass(frozen=True)

@@ -40,4 +40,4 @@ def test_list_names_model_families_and_md_structures(capsys):
     out = capsys.readouterr().out
     assert "file:PATH (a saved mace-torch model)" in out
     assert "md directions nve, nvt" in out
-    assert "md structures: water-box, diamond, or any file ASE reads" in out
+    assert "md structures: water-box, diamond, argon, or any file ASE reads" in out

@@ -174,6 +174,27 @@ def test_structure_files_keep_their_periodicity_and_replicate(tmp_path) -> None:
     assert len(structures.load("diamond@3x3x3")) == 216
 
 
+def test_full_preset_has_cuequivariances_mace_sizes() -> None:
+    """The full preset's MACE-MP and MACE-OFF cases run on graphs of cuEquivariance's MACE
+    sizes (~3,000-4,000 atoms, 70,000-160,000 edges), with those models' cutoffs."""
+    from equibench.implementations.mace.models import VARIANTS
+
+    from equibench.config import resolve
+
+    suites = {s["name"]: s for s in resolve({"preset": "full"})["suites"]}
+    for suite, (atoms, low, high) in {"md-cuequivariance-sizes-mp": (4000, 70_000, 75_000),
+                                      "md-cuequivariance-sizes-off": (3000, 155_000, 165_000)
+                                      }.items():
+        (workload,) = suites[suite]["workloads"]
+        structure = structures.load(workload)
+        for variant in suites[suite]["variants"]:
+            cutoff = VARIANTS[variant].r_max
+            edges, _ = md.NeighbourList(cutoff, torch.tensor(structure.cell[:]),
+                                        tuple(structure.pbc))(
+                torch.tensor(structure.positions))
+            assert len(structure) == atoms and low <= edges.shape[1] <= high, (suite, variant)
+
+
 def test_md_names_are_checked_before_any_process() -> None:
     found = names.problems(Case("md", "watr-box", "fusd", "small", "inference", "float32", 2,
                                 "cpu"))

@@ -49,6 +49,15 @@ VARIANTS: dict[str, MaceConfig] = {
         # The MACE of OpenEquivariance's inference claim (Bharadwaj et al., arXiv 2501.13986:
         # 2 interactions, hidden 128x0e+128x1o+128x2e, max_ell 3, correlation 3).
         MaceConfig("oeq", "128x0e+128x1o+128x2e", max_ell=3, correlation=3),
+        # The foundation models whose sizes cuEquivariance quotes for MACE. MACE-MP-0
+        # medium (Batatia et al., arXiv 2401.00096; mace-foundations' training log:
+        # r_max 6.0, 10 Bessel functions, hidden 128x0e+128x1o, max_ell 3, correlation 3).
+        MaceConfig("mp-medium", "128x0e+128x1o", max_ell=3, correlation=3, r_max=6.0,
+                   num_bessel=10),
+        # MACE-OFF23 (Kovacs et al., arXiv 2312.15211: r_max 5.0, max_ell 3, correlation
+        # 3; medium 128 channels with L <= 1, large 192 channels with L <= 2).
+        MaceConfig("off-medium", "128x0e+128x1o", max_ell=3, correlation=3),
+        MaceConfig("off-large", "192x0e+192x1o+192x2e", max_ell=3, correlation=3),
         # For quick configurations and tests.
         MaceConfig("small", "32x0e+32x1o", max_ell=2, correlation=2),
     )
