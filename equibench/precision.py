@@ -7,7 +7,7 @@ float64 e3nn reference, so they mean the same for outputs of size 1 and of size 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +57,39 @@ PRECISIONS: dict[str, Precision] = {
         Precision("amp-float16", torch.float32, 5e-2, autocast=torch.float16),
     )
 }
+
+
+# GradScaler's default initial scale.
+INITIAL_LOSS_SCALE = 2.0**16
+
+
+def loss_scaler(precision: Precision, device: str, loss: Callable[[], torch.Tensor],
+                params: Iterable[torch.nn.Parameter]) -> torch.amp.GradScaler | None:
+    """PyTorch's float16 AMP recipe scales the loss (``GradScaler``: a scaled backward,
+    gradients unscaled and checked before the step), else float16 gradients underflow; None
+    for every other precision.
+
+    The scaler starts at the scale its dynamic rule settles at (halved from 2^16 after each
+    step whose gradients overflow, steps that are skipped and leave the weights alone):
+    found here by backward passes of ``loss`` (``() -> loss``, run under autocast) before the
+    first timed and gated call, which then makes a real step.
+    """
+    if precision.autocast != torch.float16:
+        return None
+    params = [p for p in params if p.requires_grad]
+    scale = INITIAL_LOSS_SCALE
+    while scale > 1:
+        for p in params:
+            p.grad = None
+        with precision.autocast_context(device):
+            value = loss()
+        (value * scale).backward()
+        if all(p.grad is None or bool(torch.isfinite(p.grad).all()) for p in params):
+            break
+        scale /= 2
+    for p in params:
+        p.grad = None
+    return torch.amp.GradScaler(device.split(":")[0], init_scale=scale)
 
 
 def get_precision(name: str) -> Precision:

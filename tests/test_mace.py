@@ -66,6 +66,20 @@ def test_autocast_bfloat16_is_gated_and_says_what_ran_in_it(backend: str,
     assert ("fused kernels in float32" in autocast) == (backend == "fused")
 
 
+@pytest.mark.slow
+def test_float16_training_step_scales_its_loss() -> None:
+    """amp-float16: the step scales its loss (the scale found before the gated call is in
+    the row), and the fused model, whose profile copies it after that calibration, runs."""
+    case = Case("model", "mace-qm9", "fused", "small", "train_step", "amp-float16", BATCH,
+                "cpu")
+    row = run_case(case, QUICK)
+    if row["status"] == "unavailable":
+        pytest.skip(row["reason"])  # no C++ compiler here
+    assert row["status"] == "ok", row.get("reason")
+    assert 1e-6 < row["max_scaled_err"] <= row["tolerance"] == 5e-2
+    assert 1 < row["extra"]["loss_scale"] <= 2.0**16
+
+
 def test_tensordot_follows_autocast_only_inside_its_region() -> None:
     from equibench.implementations.mace import autocast
 

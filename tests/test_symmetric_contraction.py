@@ -48,3 +48,20 @@ def _derivatives(module: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
     out = module(features, y)
     (grad,) = torch.autograd.grad(out.square().sum(), features, create_graph=True)
     return [out, grad, *torch.autograd.grad(grad.square().sum(), weights)]
+
+
+def test_a_used_module_deep_copies() -> None:
+    """After a call its cache holds sparse CSR matrices, which cannot be deep-copied: the
+    copy (the MACE profile copies the model) starts without them and still computes."""
+    import copy
+
+    model = build_model(VARIANTS["small"], (1, 8), avg_num_neighbors=9.0, seed=3)
+    mace = model.products[0].symmetric_contractions
+    ours = SparseSymmetricContraction(mace)
+    n_ell = sum(ir.dim for _, ir in mace.irreps_in)
+    x = torch.randn(7, mace.irreps_in[0].mul, n_ell, dtype=torch.float64)
+    y = torch.nn.functional.one_hot(torch.arange(7) % 2, 2).double()
+    before = ours(x, y)
+    clone = copy.deepcopy(ours)
+    assert clone._sparse == {} and ours._sparse
+    torch.testing.assert_close(clone(x, y), before, rtol=0, atol=0)

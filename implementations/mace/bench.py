@@ -23,7 +23,7 @@ from equibench.cases import Case
 from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench, Outputs
 from equibench.levels.md import DIRECTIONS as MD_DIRECTIONS
-from equibench.precision import get_precision
+from equibench.precision import get_precision, loss_scaler
 from equibench.registry import ModelFamily, register_model
 
 from . import autocast
@@ -48,7 +48,7 @@ from .models import (
     model_spec,
 )
 from .profile_breakdown import MACE_RULES, module_scopes, profile_categories
-from .steps import DIRECTIONS, make_step
+from .steps import DIRECTIONS, TrainStep, make_step
 
 # No model-level tolerance: float32 meets the default 1e-4 with room to spare (scaled
 # errors 0.5-2e-7 over energy, forces, loss and radial-MLP gradient, small and oeq models,
@@ -162,6 +162,9 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     mc = prepare(case, dtype, seed)
     s = mc.structures
     call = make_step(case.direction, mc.model, s.to(dtype, case.device))
+    if isinstance(call, TrainStep):
+        call.scaler = loss_scaler(precision, case.device, lambda: call.forward()[1],
+                                  mc.model.parameters())
     reference_step = make_step(case.direction, mc.reference_model, s.to(torch.float64, case.device))
     reference_outputs: Outputs = {}
 
@@ -192,6 +195,8 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
         "breakdown": _profile(mc, case.direction, precision.autocast_context(case.device)),
         "breakdown_unit": "s per step, torch.profiler self time (profiler overhead included)",
     }
+    if isinstance(call, TrainStep) and call.scaler is not None:
+        extra["loss_scale"] = call.scaler.get_scale()
     if case.implementation == "fused":
         extra["fused_kernels"] = kernel_backend(case.device)
         extra["fused_parts"] = list(FUSED_PARTS)

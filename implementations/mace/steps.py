@@ -46,6 +46,9 @@ class TrainStep:
 
     model: torch.nn.Module
     data: dict[str, Tensor]
+    # Loss scaling (PyTorch's float16 AMP recipe, equibench.precision.loss_scaler): scaled
+    # backward, gradients unscaled before the step; None for every other precision.
+    scaler: torch.amp.GradScaler | None = None
     optimizer: torch.optim.Optimizer = field(init=False)
 
     def __post_init__(self) -> None:
@@ -67,13 +70,25 @@ class TrainStep:
             p for block in self.model.interactions for p in block.conv_tp_weights.parameters()
         ]
 
+    def forward(self) -> tuple[dict[str, Tensor], Tensor]:
+        """The model's outputs and the loss (the forward half of a step)."""
+        out = self.model(self.data, training=True, compute_force=True)
+        return out, self.loss_fn(self.targets, out)
+
     def __call__(self) -> Outputs:
         self.optimizer.zero_grad(set_to_none=True)
-        out = self.model(self.data, training=True, compute_force=True)
-        loss = self.loss_fn(self.targets, out)
-        loss.backward()
+        out, loss = self.forward()
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
         radial_grad = torch.cat([p.grad.reshape(-1) for p in self.radial])
-        self.optimizer.step()
+        if self.scaler is None:
+            self.optimizer.step()
+        else:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
         return {
             "energy": out["energy"].detach(),
             "forces": out["forces"].detach(),

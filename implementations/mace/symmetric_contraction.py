@@ -31,6 +31,7 @@ is the transposed sparse product), so autograd gives the backward and the double
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import torch
@@ -131,6 +132,15 @@ class SparseSymmetricContraction(torch.nn.Module):
             self._weight_paths[nu] = sorted(weight_rows, key=weight_rows.get)
             self.correlations.append(nu)
         self._sparse: dict[tuple, tuple[Tensor, Tensor]] = {}
+
+    def __deepcopy__(self, memo: dict) -> SparseSymmetricContraction:
+        # Sparse CSR tensors have no storage to deep-copy: the copy starts with an empty
+        # cache of matrices and builds its own on its first call.
+        clone = self.__class__.__new__(self.__class__)
+        memo[id(self)] = clone
+        for key, value in self.__dict__.items():
+            clone.__dict__[key] = {} if key == "_sparse" else copy.deepcopy(value, memo)
+        return clone
 
     def _matrices(self, nu: int, dtype: torch.dtype, device: torch.device
                   ) -> tuple[Tensor, Tensor]:

@@ -32,6 +32,7 @@ from equibench import registry
 from equibench.cases import Case
 from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench
+from equibench.precision import get_precision, loss_scaler
 from equibench.registry import CodePath, ModelFamily, Unsupported, register_model
 
 from .graph_ops import dgl_unavailable, make_graph_ops
@@ -97,10 +98,12 @@ def master_model(size: str, seed: int) -> SE3TransformerPooled:
 
 def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None, ops,  # noqa: ANN001
             direction: str, optimizer: torch.optim.Optimizer | None = None,
-            pool_at: torch.Tensor | None = None):
+            pool_at: torch.Tensor | None = None, scaler: torch.amp.GradScaler | None = None):
     """The call of ``direction``: returns named outputs (predictions, loss and every
     parameter's gradient, ``grad:<name>``, as the tensors autograd left: no work added).
-    ``pool_at``: see ``SE3TransformerPooled.forward``."""
+    ``pool_at``: see ``SE3TransformerPooled.forward``. ``scaler`` (with ``optimizer``): the
+    loss scaling of NVIDIA's AMP recipe (``GradScaler``: scaled backward, gradients unscaled
+    before the step, the scale updated after it)."""
     params = dict(model.named_parameters())
 
     def inference() -> dict[str, torch.Tensor]:
@@ -111,9 +114,15 @@ def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None,
         model.zero_grad(set_to_none=True)
         pred = model(mol, bases, ops, pool_at)
         loss = torch.nn.functional.l1_loss(pred, mol.target)
-        loss.backward()
-        if optimizer is not None:
-            optimizer.step()
+        if optimizer is not None and scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            if optimizer is not None:
+                optimizer.step()
         return {"pred": pred.detach(), "loss": loss.detach(),
                 **{f"grad:{n}": p.grad for n, p in params.items()}}
 
@@ -235,7 +244,11 @@ class SE3TransformerFamily(ModelFamily):
         # weights; this one untimed call also serves as the profile's warm-up-free sample.
         profile = breakdown(model, step_fn(model, mol, bases, ops, case.direction), case.device)
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        call = step_fn(model, mol, bases, ops, case.direction, optimizer)
+        # NVIDIA's AMP recipe scales the loss (GradScaler).
+        scaler = loss_scaler(get_precision(case.precision), case.device,
+                             lambda: torch.nn.functional.l1_loss(
+                                 model(mol, bases, ops), mol.target), model.parameters())
+        call = step_fn(model, mol, bases, ops, case.direction, optimizer, scaler=scaler)
         training = case.direction == "train_step"
         # The atoms the pooling picked in the first (gated) call, read by the reference; the
         # hook removes itself, so timed calls do not run it.
@@ -291,6 +304,7 @@ class SE3TransformerFamily(ModelFamily):
                 "code_path": code_path(case.implementation, case.device),
                 "nodes": mol.n_nodes, "edges": mol.n_edges,
                 "parameters": sum(p.numel() for p in model.parameters()),
+                **({"loss_scale": scaler.get_scale()} if scaler is not None else {}),
                 "fusion": sorted({c.fuse_used for c in model.convs().values()}),
                 "target": "homo (standardized over the sample)",
                 "breakdown": profile,
