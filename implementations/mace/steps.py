@@ -4,7 +4,8 @@
   first backward of every operation is on the path, the double backward is not).
 * ``train_step``: energy and forces with ``create_graph=True``, mace-torch's
   ``WeightedEnergyForcesLoss``, ``loss.backward()`` (through the double backward of the
-  convolution) and one optimizer step. The outputs compared by the gate are the
+  convolution) and one optimizer step (under ``amp-float16`` with the loss scaled,
+  :func:`equibench.precision.loss_scaler`). The outputs compared by the gate are the
   energy, forces and loss before the step, and the gradient of the radial MLPs, which
   reaches them only through the double backward of the tensor products.
 """

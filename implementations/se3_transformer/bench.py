@@ -7,10 +7,11 @@ backend (``tfn.BACKENDS``), its ``variant`` the switch set (``switches.VARIANTS`
 optionally ``+dgl``).
 
 Directions: ``inference`` (forward without autograd) and ``train_step`` (forward, L1
-loss on the standardized HOMO, backward, Adam step). Outside the timed call: data and
-graph-op structures; the edge bases only in the amortized variants (``basis_cache``,
-``nvidia-precompute``: ``extra.amortized`` says so, and their kept bases count in the peak
-memory through ``Bench.kept_bytes``).
+loss on the standardized HOMO, backward, Adam step; under ``amp-float16`` with the loss
+scaled as NVIDIA's recipe does, :func:`equibench.precision.loss_scaler`). Outside the
+timed call: data and graph-op structures; the edge bases only in the amortized variants
+(``basis_cache``, ``nvidia-precompute``: ``extra.amortized`` says so, and their kept bases
+count in the peak memory through ``Bench.kept_bytes``).
 
 Gate: the first call against a float64 model holding the same function (weights mapped
 from one master model, ``model.transfer_weights``), on backend ``basis`` with nothing
