@@ -92,6 +92,21 @@ def loss_scaler(precision: Precision, device: str, loss: Callable[[], torch.Tens
     return torch.amp.GradScaler(device.split(":")[0], init_scale=scale)
 
 
+def backward_and_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                      scaler: torch.amp.GradScaler | None) -> None:
+    """``loss.backward()`` and ``optimizer.step()``; with a ``scaler`` (see
+    :func:`loss_scaler`) the backward is scaled, the gradients are unscaled (the
+    parameters' ``.grad`` hold the true gradients afterwards) and the scale is updated."""
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+        return
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+
+
 def get_precision(name: str) -> Precision:
     try:
         return PRECISIONS[name]

@@ -162,9 +162,10 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     mc = prepare(case, dtype, seed)
     s = mc.structures
     call = make_step(case.direction, mc.model, s.to(dtype, case.device))
+    scaler = None
     if isinstance(call, TrainStep):
-        call.scaler = loss_scaler(precision, case.device, lambda: call.forward()[1],
-                                  mc.model.parameters())
+        scaler = call.scaler = loss_scaler(precision, case.device, lambda: call.forward()[1],
+                                           mc.model.parameters())
     reference_step = make_step(case.direction, mc.reference_model, s.to(torch.float64, case.device))
     reference_outputs: Outputs = {}
 
@@ -195,8 +196,8 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
         "breakdown": _profile(mc, case.direction, precision.autocast_context(case.device)),
         "breakdown_unit": "s per step, torch.profiler self time (profiler overhead included)",
     }
-    if isinstance(call, TrainStep) and call.scaler is not None:
-        extra["loss_scale"] = call.scaler.get_scale()
+    if scaler is not None:
+        extra["loss_scale"] = scaler.get_scale()
     if case.implementation == "fused":
         extra["fused_kernels"] = kernel_backend(case.device)
         extra["fused_parts"] = list(FUSED_PARTS)

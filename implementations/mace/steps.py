@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from equibench.levels import Outputs
+from equibench.precision import backward_and_step
 
 DIRECTIONS = ("inference", "train_step")
 # mace-torch's run_train defaults for the weighted energy/forces loss.
@@ -79,22 +80,13 @@ class TrainStep:
     def __call__(self) -> Outputs:
         self.optimizer.zero_grad(set_to_none=True)
         out, loss = self.forward()
-        if self.scaler is None:
-            loss.backward()
-        else:
-            self.scaler.scale(loss).backward()
-            self.scaler.unscale_(self.optimizer)
-        radial_grad = torch.cat([p.grad.reshape(-1) for p in self.radial])
-        if self.scaler is None:
-            self.optimizer.step()
-        else:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
+        # The step leaves the gradients as they are: read after it.
+        backward_and_step(loss, self.optimizer, self.scaler)
         return {
             "energy": out["energy"].detach(),
             "forces": out["forces"].detach(),
             "loss": loss.detach(),
-            "radial_mlp_grad": radial_grad,
+            "radial_mlp_grad": torch.cat([p.grad.reshape(-1) for p in self.radial]),
         }
 
 

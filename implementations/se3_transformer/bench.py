@@ -33,7 +33,7 @@ from equibench import registry
 from equibench.cases import Case
 from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench
-from equibench.precision import get_precision, loss_scaler
+from equibench.precision import backward_and_step, get_precision, loss_scaler
 from equibench.registry import CodePath, ModelFamily, Unsupported, register_model
 
 from .graph_ops import dgl_unavailable, make_graph_ops
@@ -97,6 +97,14 @@ def master_model(size: str, seed: int) -> SE3TransformerPooled:
     return SE3TransformerPooled(SIZES[size], OPTIMIZED).to(torch.float64)
 
 
+def prediction_and_loss(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None,
+                        ops, pool_at: torch.Tensor | None = None  # noqa: ANN001
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training step's forward half: predictions and their L1 loss on the target."""
+    pred = model(mol, bases, ops, pool_at)
+    return pred, torch.nn.functional.l1_loss(pred, mol.target)
+
+
 def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None, ops,  # noqa: ANN001
             direction: str, optimizer: torch.optim.Optimizer | None = None,
             pool_at: torch.Tensor | None = None, scaler: torch.amp.GradScaler | None = None):
@@ -113,17 +121,11 @@ def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None,
 
     def train_step() -> dict[str, torch.Tensor]:
         model.zero_grad(set_to_none=True)
-        pred = model(mol, bases, ops, pool_at)
-        loss = torch.nn.functional.l1_loss(pred, mol.target)
-        if optimizer is not None and scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
+        pred, loss = prediction_and_loss(model, mol, bases, ops, pool_at)
+        if optimizer is None:
             loss.backward()
-            if optimizer is not None:
-                optimizer.step()
+        else:
+            backward_and_step(loss, optimizer, scaler)
         return {"pred": pred.detach(), "loss": loss.detach(),
                 **{f"grad:{n}": p.grad for n, p in params.items()}}
 
@@ -247,8 +249,8 @@ class SE3TransformerFamily(ModelFamily):
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
         # NVIDIA's AMP recipe scales the loss (GradScaler).
         scaler = loss_scaler(get_precision(case.precision), case.device,
-                             lambda: torch.nn.functional.l1_loss(
-                                 model(mol, bases, ops), mol.target), model.parameters())
+                             lambda: prediction_and_loss(model, mol, bases, ops)[1],
+                             model.parameters())
         call = step_fn(model, mol, bases, ops, case.direction, optimizer, scaler=scaler)
         training = case.direction == "train_step"
         # The atoms the pooling picked in the first (gated) call, read by the reference; the
