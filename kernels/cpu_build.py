@@ -214,18 +214,20 @@ class CpuKernels:
         return dg, dx, dy, dw
 
 
-def _build(desc: TPDescriptor) -> CpuKernels:
+def build_library(sources: dict[str, str], build_dir: Path, prefix: str
+                  ) -> tuple[ctypes.CDLL, Path]:
+    """Compile ``sources`` (one C++ file per name) into one library in ``build_dir``,
+    named ``prefix`` and a hash of the sources, flags, compiler and CPU; a second call
+    with the same sources reuses it."""
     cxx = os.environ.get("CXX", "c++")
     if shutil.which(cxx) is None:
         raise KernelUnavailable(f"no C++ compiler: {cxx!r} is not on PATH (set $CXX)")
-    sources = {sfx: generate_cpu_source(desc, sfx) for sfx in ("f32", "f64")}
     key = hashlib.sha256(
         "\n".join(
             [*sources.values(), " ".join(CFLAGS + LDFLAGS), _compiler_id(cxx), _host_id()]
         ).encode()
     ).hexdigest()[:16]
-    name = f"eqb_tp_{key}"
-    build_dir = cache_root() / desc.hash
+    name = f"{prefix}_{key}"
     try:
         build_dir.mkdir(parents=True, exist_ok=True)
         paths = []
@@ -246,15 +248,20 @@ def _build(desc: TPDescriptor) -> CpuKernels:
             is_python_module=False,
             verbose=False,
         )
-        lib = ctypes.CDLL(str(path))
+        return ctypes.CDLL(str(path)), Path(str(path))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"building CPU kernels in {build_dir} failed: {exc}") from exc
+
+
+def _build(desc: TPDescriptor) -> CpuKernels:
+    sources = {sfx: generate_cpu_source(desc, sfx) for sfx in ("f32", "f64")}
+    lib, path = build_library(sources, cache_root() / desc.hash, "eqb_tp")
     for sfx in sources:
         check = getattr(lib, f"eqb_descriptor_hash_{sfx}")
         check.restype = ctypes.c_char_p
         if check() != desc.hash.encode():
             raise KernelUnavailable(f"library {path} does not match descriptor {desc.hash}")
-    return CpuKernels(desc, lib, Path(str(path)))
+    return CpuKernels(desc, lib, path)
 
 
 def cpu_kernels(desc: TPDescriptor) -> CpuKernels:

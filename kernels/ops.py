@@ -9,6 +9,9 @@ the output shapes) and differentiable twice:
 * ``tp_bwd`` / ``conv_bwd`` have autograd formulas calling the double-backward ops, so
   ``torch.autograd.grad(..., create_graph=True)`` (forces in training) works;
 * the double-backward ops are not differentiable (third derivatives are not needed).
+
+MACE's symmetric contraction has the same three ops (``sc_fwd``, ``sc_bwd``,
+``sc_dbwd``) over its own description (:mod:`.symmetric_contraction`).
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from torch import Tensor
 from .descriptor import TPDescriptor
 from .errors import KernelUnavailable
 from .graph import ConvPlan
+from .symmetric_contraction import SymmetricContractionDescriptor
 
 _DESCRIPTORS: dict[str, TPDescriptor] = {}
+_SC_DESCRIPTORS: dict[str, SymmetricContractionDescriptor] = {}
 BACKENDS = ("cpu", "triton")
 
 
@@ -279,11 +284,118 @@ conv_fwd.register_autograd(_conv_fwd_backward, setup_context=_conv_fwd_setup)
 conv_bwd.register_autograd(_conv_bwd_backward, setup_context=_conv_bwd_setup)
 
 
+# ---------------------------------------------------------- symmetric contraction ops
+class ScKernels(Protocol):
+    """What a backend provides for a symmetric contraction (see :class:`.sc_cpu.ScCpuKernels`)."""
+
+    def run(self, name: str, **given: OptTensor) -> dict[str, Tensor]: ...
+
+
+def register_sc_descriptor(desc: SymmetricContractionDescriptor) -> str:
+    """Make ``desc`` reachable from the ``sc_*`` ops; returns its key (its hash)."""
+    _SC_DESCRIPTORS.setdefault(desc.hash, desc)
+    return desc.hash
+
+
+def sc_descriptor(key: str) -> SymmetricContractionDescriptor:
+    try:
+        return _SC_DESCRIPTORS[key]
+    except KeyError:
+        raise KeyError(f"symmetric contraction {key[:12]} is not registered") from None
+
+
+def sc_kernels(key: str, backend: str, channels: int) -> ScKernels:
+    """The compiled symmetric-contraction kernels of a registered description for
+    ``channels`` channels."""
+    desc = sc_descriptor(key)
+    if backend == "cpu":
+        from .sc_cpu import sc_cpu_kernels
+
+        return sc_cpu_kernels(desc, channels)
+    if backend == "triton":
+        from .sc_triton import sc_triton_kernels
+
+        return sc_triton_kernels(desc)
+    raise KernelUnavailable(f"unknown backend {backend!r}; choose one of {BACKENDS}")
+
+
+def _rows(t: Tensor, rows: int) -> Tensor:
+    return t.new_empty(t.shape[0], rows, t.shape[2])
+
+
+@torch.library.custom_op("equibench::sc_fwd", mutates_args=())
+def sc_fwd(x: Tensor, w: Tensor, key: str, backend: str) -> Tensor:
+    """``(n, o, c)`` symmetric contraction of features ``x (n, i, c)`` with per-node
+    weights ``w (n, p, c)``."""
+    return sc_kernels(key, backend, x.shape[2]).run("sc_fwd", x=x, w=w)["out"]
+
+
+@sc_fwd.register_fake
+def _(x: Tensor, w: Tensor, key: str, backend: str) -> Tensor:
+    return _rows(x, sc_descriptor(key).out_dim)
+
+
+@torch.library.custom_op("equibench::sc_bwd", mutates_args=())
+def sc_bwd(g: Tensor, x: Tensor, w: Tensor, key: str, backend: str) -> tuple[Tensor, Tensor]:
+    """Gradients ``(gx, gw)`` of ``sum(g * sc_fwd(x, w))``."""
+    out = sc_kernels(key, backend, x.shape[2]).run("sc_bwd", g=g, x=x, w=w)
+    return out["gx"], out["gw"]
+
+
+@sc_bwd.register_fake
+def _(g: Tensor, x: Tensor, w: Tensor, key: str, backend: str) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(x), torch.empty_like(w)
+
+
+@torch.library.custom_op("equibench::sc_dbwd", mutates_args=())
+def sc_dbwd(
+    g: Tensor, x: Tensor, w: Tensor, ggx: Tensor | None, ggw: Tensor | None, key: str,
+    backend: str,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """Gradients ``(dg, dx, dw)`` of ``<ggx, gx> + <ggw, gw>``."""
+    out = sc_kernels(key, backend, x.shape[2]).run("sc_dbwd", g=g, x=x, w=w, ggx=ggx, ggw=ggw)
+    return out["dg"], out["dx"], out["dw"]
+
+
+@sc_dbwd.register_fake
+def _(
+    g: Tensor, x: Tensor, w: Tensor, ggx: OptTensor, ggw: OptTensor, key: str, backend: str,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    return torch.empty_like(g), torch.empty_like(x), torch.empty_like(w)
+
+
+def _sc_fwd_setup(ctx: Any, inputs: tuple, output: Tensor) -> None:
+    x, w, ctx.key, ctx.backend = inputs
+    ctx.save_for_backward(x, w)
+
+
+def _sc_fwd_backward(ctx: Any, grad: Tensor) -> tuple:
+    x, w = ctx.saved_tensors
+    gx, gw = sc_bwd(grad.contiguous(), x, w, ctx.key, ctx.backend)
+    return gx, gw, None, None
+
+
+def _sc_bwd_setup(ctx: Any, inputs: tuple, output: tuple[Tensor, Tensor]) -> None:
+    g, x, w, ctx.key, ctx.backend = inputs
+    ctx.save_for_backward(g, x, w)
+
+
+def _sc_bwd_backward(ctx: Any, ggx: OptTensor, ggw: OptTensor) -> tuple:
+    g, x, w = ctx.saved_tensors
+    dg, dx, dw = sc_dbwd(g, x, w, _c(ggx), _c(ggw), ctx.key, ctx.backend)
+    return dg, dx, dw, None, None
+
+
+sc_fwd.register_autograd(_sc_fwd_backward, setup_context=_sc_fwd_setup)
+sc_bwd.register_autograd(_sc_bwd_backward, setup_context=_sc_bwd_setup)
+
+
 # Under torch.autocast every op runs in float32, its inputs cast (as autocast does for the
 # ops on its float32 list): the CPU kernels have no bfloat16 or float16 path, and a model's
 # inputs come mixed there (a linear layer's lower-precision output beside float32 edge
 # features). A model's rows say so (``extra.autocast``).
 AUTOCAST = "fused kernels in float32 (inputs cast to float32 under autocast)"
-for _op in (tp_fwd, tp_bwd, tp_dbwd, conv_fwd, conv_bwd, conv_dbwd):
+for _op in (tp_fwd, tp_bwd, tp_dbwd, conv_fwd, conv_bwd, conv_dbwd, sc_fwd, sc_bwd,
+            sc_dbwd):
     for _device in ("cpu", "cuda"):
         torch.library.register_autocast(_op, _device, torch.float32)

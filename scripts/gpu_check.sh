@@ -45,13 +45,17 @@ for check in $CHECKS; do
                 --precision float32,float64 --batch 1000 ;;
         kernels) run kernels --level conv --workload mace-large@carbon \
                 --implementation fused --direction forward,backward,double_backward \
-                --precision float32 --batch 4096 ;;
+                --precision float32 --batch 4096
+                 # the symmetric contraction's generated Triton kernels against autograd
+                 timeout 600 "$PY" -m pytest -q tests/kernels/test_symmetric_contraction_kernels.py \
+                     | tail -n 5 || echo "[gpu_check] symmetric contraction kernels failed" ;;
         # mace-torch pins e3nn==0.4.4: bring its wheel in wheels/no-deps/ (out of the
         # resolver); wheels/ holds its dependencies and cuequivariance-ops-torch-cu13.
         mace)
             if [ -d wheels/no-deps ]; then
                 "$PY" -m pip install --quiet --no-index --no-deps wheels/no-deps/*.whl
             fi
+            # fused: our convolution and symmetric contraction, both Triton on the GPU.
             # batch doubles until out of memory: the oom rows give the largest batch that fits
             run mace-inf --level model --workload mace-qm9 --variant oeq \
                 --implementation e3nn,openequivariance,fused --direction inference \

@@ -131,7 +131,7 @@ def test_fused_backend_runs_the_fused_convolution() -> None:
     except registry.Unsupported as err:
         pytest.skip(str(err))
     from equibench.implementations.mace.symmetric_contraction import (
-        SparseSymmetricContraction,
+        FusedSymmetricContraction,
     )
     from mace.modules.symmetric_contraction import Contraction
 
@@ -143,7 +143,7 @@ def test_fused_backend_runs_the_fused_convolution() -> None:
             e3nn_tp_calls.append(module)
         elif isinstance(module, Contraction):
             mace_contractions.append(module)
-        elif isinstance(module, SparseSymmetricContraction):
+        elif isinstance(module, FusedSymmetricContraction):
             ours.append(module)
 
     hook = torch.nn.modules.module.register_module_forward_hook(seen)
@@ -161,7 +161,13 @@ def test_fused_backend_runs_the_fused_convolution() -> None:
     assert counter.counts.get("equibench.conv_dbwd") == layers
     assert e3nn_tp_calls == [] and mace_contractions == []
     assert len(ours) == layers  # the product basis of every interaction is ours
-    assert bench.extra["fused_parts"][1].startswith("product basis: equibench sparse")
+    # ... on the generated kernels: forward, and in training the backward (forces, then
+    # the energy term) and the double backward (the force term)
+    assert counter.counts.get("equibench.sc_fwd") == layers
+    assert counter.counts.get("equibench.sc_bwd") == 2 * layers
+    assert counter.counts.get("equibench.sc_dbwd") == layers
+    assert bench.extra["fused_parts"][1] == (
+        "product basis: equibench fused kernels (symmetric contraction)")
 
 
 def test_profile_categories_attributes_backward_to_the_forward_module() -> None:
@@ -196,6 +202,6 @@ def test_rows_name_the_modules_that_ran_and_the_fallback():
         paths[backend] = code_path(prepare(case, torch.float32, 0).model)
     assert "e3nn.TensorProduct" in paths["e3nn"]["path"] and not paths["e3nn"]["fallback"]
     assert "equibench.FusedConvolution" in paths["fused"]["path"]
-    assert "equibench.SparseSymmetricContraction" in paths["fused"]["path"]
+    assert "equibench.FusedSymmetricContraction" in paths["fused"]["path"]
     assert "cuequivariance_torch.SymmetricContraction" in paths["cuequivariance"]["path"]
     assert "naive" in paths["cuequivariance"]["fallback"]  # no CUDA ops on this machine

@@ -110,27 +110,27 @@ def use_fused_convolution(model: torch.nn.Module, backend: str) -> torch.nn.Modu
     return model
 
 
-def use_sparse_symmetric_contraction(model: torch.nn.Module) -> torch.nn.Module:
+def use_fused_symmetric_contraction(model: torch.nn.Module, backend: str) -> torch.nn.Module:
     """Replace, in place, every product block's symmetric contraction by ours
-    (:class:`.symmetric_contraction.SparseSymmetricContraction`: the same weights and
-    function, computed from the nonzero entries of its U tensors)."""
+    (:class:`.symmetric_contraction.FusedSymmetricContraction`: the same weights and
+    function, on the kernels generated from its description on ``backend``)."""
     from mace.modules.symmetric_contraction import SymmetricContraction
 
-    from .symmetric_contraction import SparseSymmetricContraction
+    from .symmetric_contraction import FusedSymmetricContraction
 
     for block in model.products:
         if not isinstance(block.symmetric_contractions, SymmetricContraction):
             raise TypeError(f"{type(block).__name__}.symmetric_contractions is "
                             f"{type(block.symmetric_contractions).__name__}, not mace-torch's "
                             "SymmetricContraction")
-        block.symmetric_contractions = SparseSymmetricContraction(
-            block.symmetric_contractions)
+        block.symmetric_contractions = FusedSymmetricContraction(
+            block.symmetric_contractions, backend)
     return model
 
 
 # What the fused backend replaces in a mace-torch model (``extra.fused_parts``).
 FUSED_PARTS = ("interaction convolution: equibench fused kernels (conv_tp + scatter)",
-               "product basis: equibench sparse symmetric contraction")
+               "product basis: equibench fused kernels (symmetric contraction)")
 
 
 def _restoring_default_dtype(convert: Callable[..., torch.nn.Module]) -> Callable:
@@ -187,7 +187,7 @@ def on_backend(model: torch.nn.Module, backend: str, device: str) -> torch.nn.Mo
             model = use_fused_convolution(model, kernel_backend(device))
         except KernelUnavailable as err:
             raise Unsupported(f"fused kernels unavailable: {err}") from err
-        return use_sparse_symmetric_contraction(model)
+        return use_fused_symmetric_contraction(model, kernel_backend(device))
     if backend == "cuequivariance":
         from mace.cli.convert_e3nn_cueq import run
 
