@@ -214,17 +214,18 @@ class CpuKernels:
         return dg, dx, dy, dw
 
 
-def build_library(sources: dict[str, str], build_dir: Path, prefix: str
-                  ) -> tuple[ctypes.CDLL, Path]:
+def build_library(sources: dict[str, str], build_dir: Path, prefix: str,
+                  extra_cflags: tuple[str, ...] = ()) -> tuple[ctypes.CDLL, Path]:
     """Compile ``sources`` (one C++ file per name) into one library in ``build_dir``,
     named ``prefix`` and a hash of the sources, flags, compiler and CPU; a second call
-    with the same sources reuses it."""
+    with the same sources reuses it. ``extra_cflags`` follow :data:`CFLAGS`."""
+    cflags = CFLAGS + list(extra_cflags)
     cxx = os.environ.get("CXX", "c++")
     if shutil.which(cxx) is None:
         raise KernelUnavailable(f"no C++ compiler: {cxx!r} is not on PATH (set $CXX)")
     key = hashlib.sha256(
         "\n".join(
-            [*sources.values(), " ".join(CFLAGS + LDFLAGS), _compiler_id(cxx), _host_id()]
+            [*sources.values(), " ".join(cflags + LDFLAGS), _compiler_id(cxx), _host_id()]
         ).encode()
     ).hexdigest()[:16]
     name = f"{prefix}_{key}"
@@ -242,7 +243,7 @@ def build_library(sources: dict[str, str], build_dir: Path, prefix: str
         path = load(
             name=name,
             sources=paths,
-            extra_cflags=CFLAGS,
+            extra_cflags=cflags,
             extra_ldflags=LDFLAGS,
             build_directory=str(build_dir),
             is_python_module=False,

@@ -23,6 +23,9 @@ from .symmetric_contraction import SymmetricContractionDescriptor
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 # Statements per loop body (see :func:`kernel_source`).
 CHUNK = 384
+# GCC gives up vectorizing a loop with more than 1,000 memory references (its default
+# ``loop-max-datarefs-for-datadeps``); a chunk of the backward has more (loads, scratch).
+CFLAGS = ("--param", "loop-max-datarefs-for-datadeps=100000")
 # Below this many columns (nodes x channels) one thread does the work: starting a team
 # costs more than a small call.
 MIN_PARALLEL_COLUMNS = 2048
@@ -167,7 +170,7 @@ class ScCpuKernels:
         self.desc, self.channels = desc, channels
         sources = {sfx: generate_source(desc, sfx, channels) for sfx in ("f32", "f64")}
         lib, self.path = build_library(sources, cache_root() / f"sc-{desc.hash}",
-                                       f"eqb_sc{channels}")
+                                       f"eqb_sc{channels}", CFLAGS)
         self._fn = {}
         self._arrays: dict[str, tuple[list[str], list[str]]] = {}
         for name, program in desc.programs().items():

@@ -78,10 +78,12 @@ class FusedSymmetricContraction(torch.nn.Module):
         self.backend = backend
 
     def _weights(self, y: Tensor) -> Tensor:
-        """``(b, paths, c)``: each path's weights for each node's element."""
-        return torch.cat([torch.einsum("be,ekc->bkc", y, _weight(contraction, nu))
-                          for contraction in self.contractions
-                          for nu in range(1, contraction.correlation + 1)], dim=1)
+        """``(b, paths, c)``: each path's weights for each node's element, as one matrix
+        product (an einsum per weight tensor ran as batched products, ~3x slower)."""
+        weights = torch.cat([_weight(contraction, nu).flatten(1)
+                             for contraction in self.contractions
+                             for nu in range(1, contraction.correlation + 1)], dim=1)
+        return (y @ weights).view(y.shape[0], self.description.num_paths, -1)
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         if torch.is_autocast_enabled(x.device.type):
@@ -90,7 +92,7 @@ class FusedSymmetricContraction(torch.nn.Module):
             with torch.autocast(x.device.type, enabled=False):
                 return self.forward(x.to(dtype), y.to(dtype))
         b = x.shape[0]
-        out = sc_fwd(x.transpose(1, 2).contiguous(), self._weights(y).contiguous(), self.key,
+        out = sc_fwd(x.transpose(1, 2).contiguous(), self._weights(y), self.key,
                      self.backend)  # (b, components, c)
         d = self.description
         return torch.cat([out[:, o:o + dim].transpose(1, 2).reshape(b, -1)
