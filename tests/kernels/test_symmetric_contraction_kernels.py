@@ -103,3 +103,30 @@ def test_kernels_match_autograd_of_the_formula(backend: str, channels: int) -> N
         pytest.skip(str(err))
     for mine, want in zip(got, derivatives(lambda x, w: _reference(DESC, x, w)), strict=True):
         torch.testing.assert_close(mine, want, rtol=1e-12, atol=1e-12)
+
+
+def test_cpu_kernels_cut_into_chunks_match(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 3 statements: values cross several loop bodies through scratch slots
+    that are reused (the oeq model's kernels cut at 384; 4 channels: a tile of 4)."""
+    from equibench.kernels import sc_cpu
+
+    monkeypatch.setattr(sc_cpu, "CHUNK", 3)
+    chunks = sc_cpu._chunks(DESC.programs()["sc_dbwd"])
+    slot, _, _ = sc_cpu._slots(chunks)
+    assert len(chunks) > 10 and max(slot.values()) + 1 < len(slot)  # slots are reused
+    try:
+        kernels = sc_cpu.ScCpuKernels(DESC, channels=4)  # built anew, not from the cache
+    except KernelUnavailable as err:
+        pytest.skip(str(err))
+    generator = torch.Generator().manual_seed(2)
+    x, w, g, ggx, ggw = (torch.randn(3, DESC.rows(a), 4, dtype=torch.float64,
+                                     generator=generator) for a in ("x", "w", "g", "x", "w"))
+    xx, ww = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    out = _reference(DESC, xx, ww)
+    gx, gw = torch.autograd.grad(out, (xx, ww), g, create_graph=True)
+    dx, dw = torch.autograd.grad((gx * ggx).sum() + (gw * ggw).sum(), (xx, ww))
+    got = kernels.run("sc_dbwd", g=g, x=x, w=w, ggx=ggx, ggw=ggw)
+    torch.testing.assert_close(got["dx"], dx, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got["dw"], dw, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(kernels.run("sc_fwd", x=x, w=w)["out"], out.detach(),
+                               rtol=1e-12, atol=1e-12)
