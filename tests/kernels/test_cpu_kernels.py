@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from equibench.kernels.cpu_build import cpu_kernels
+from equibench.kernels.cpu_codegen import generate_cpu_source
 from equibench.kernels.descriptor import TPDescriptor
 from equibench.kernels.graph import ConvPlan
 from kernel_testing import (
@@ -116,6 +117,25 @@ def test_full_size_mace_large_forward() -> None:
     x, y, w, _ = random_inputs(desc, rows=3)
     assert_close(cpu_kernels(desc).tp_forward(x, y, w), reference(desc)(x, y, w), torch.float64,
                  "forward")  # fmt: skip
+
+
+def test_full_size_mace_large_conv_in_parts() -> None:
+    """At 128 channels the forward sums its output in several parts (accumulators that fit
+    L1) and the backward runs its one-pass row: both against e3nn, with nodes of several
+    edges so that a part's sum runs over more than one edge before the next part."""
+    desc = get_tp_workload("mace-large").descriptor
+    assert "constexpr int FWD_PARTS = 1;" not in generate_cpu_source(desc, "f64")
+    k = cpu_kernels(desc)
+    src, dst = random_graph(6, 20, seed=7)
+    plan = ConvPlan.build(src, dst, 6, 6)
+    x, _, _, g = random_inputs(desc, rows=6)
+    _, y, w, _ = random_inputs(desc, rows=20, seed=8)
+    xr, yr, wr = (t.clone().requires_grad_(True) for t in (x, y, w))
+    ref = conv_reference(desc, xr, yr, wr, src, dst, 6)
+    grads = torch.autograd.grad(ref, (xr, yr, wr), g)
+    assert_close(k.conv_forward(x, y, w, plan), ref, torch.float64, "conv forward")
+    for got, r, what in zip(k.conv_backward(g, x, y, w, plan), grads, "xyw", strict=True):
+        assert_close(got, r, torch.float64, f"conv grad {what}")
 
 
 def test_conv_is_deterministic_across_threads() -> None:
