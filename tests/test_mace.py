@@ -130,17 +130,22 @@ def test_fused_backend_runs_the_fused_convolution() -> None:
         bench = family.build_bench(mace_case("fused", "train_step"), torch.float32, seed=0)
     except registry.Unsupported as err:
         pytest.skip(str(err))
+    from equibench.implementations.mace.linear import IrrepsLinear
     from equibench.implementations.mace.symmetric_contraction import (
         FusedSymmetricContraction,
     )
     from mace.modules.symmetric_contraction import Contraction
 
-    e3nn_tp_calls, mace_contractions, ours = [], [], []
+    e3nn_tp_calls, mace_contractions, ours, e3nn_linears, linears = [], [], [], [], []
 
     def seen(module, args, out) -> None:
         # The convolution's e3nn product is a plain TensorProduct (skip_tp is a subclass).
         if type(module) is o3.TensorProduct:
             e3nn_tp_calls.append(module)
+        elif isinstance(module, o3.Linear):
+            e3nn_linears.append(module)
+        elif isinstance(module, IrrepsLinear):
+            linears.append(module)
         elif isinstance(module, Contraction):
             mace_contractions.append(module)
         elif isinstance(module, FusedSymmetricContraction):
@@ -168,6 +173,10 @@ def test_fused_backend_runs_the_fused_convolution() -> None:
     assert counter.counts.get("equibench.sc_dbwd") == layers
     assert bench.extra["fused_parts"][1] == (
         "product basis: equibench fused kernels (symmetric contraction)")
+    # linear_up and linear of every interaction, linear of every product block: ours;
+    # e3nn's Linear remains in the readouts only (they map to scalars)
+    assert len(linears) == 3 * layers
+    assert all(m.irreps_out.lmax == 0 for m in e3nn_linears)
 
 
 def test_profile_categories_attributes_backward_to_the_forward_module() -> None:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from .linear import use_irreps_linear
+
 BACKENDS = ("e3nn", "cuequivariance", "openequivariance", "fused")
 # Marks interaction blocks whose conv_tp is an EquibenchConvolution (value of conv_fusion).
 FUSION_MARK = "equibench"
@@ -130,7 +132,9 @@ def use_fused_symmetric_contraction(model: torch.nn.Module, backend: str) -> tor
 
 # What the fused backend replaces in a mace-torch model (``extra.fused_parts``).
 FUSED_PARTS = ("interaction convolution: equibench fused kernels (conv_tp + scatter)",
-               "product basis: equibench fused kernels (symmetric contraction)")
+               "product basis: equibench fused kernels (symmetric contraction)",
+               "linear layers of interactions and products: one matrix product per output "
+               "irrep (IrrepsLinear)")
 
 
 def _restoring_default_dtype(convert: Callable[..., torch.nn.Module]) -> Callable:
@@ -187,7 +191,8 @@ def on_backend(model: torch.nn.Module, backend: str, device: str) -> torch.nn.Mo
             model = use_fused_convolution(model, kernel_backend(device))
         except KernelUnavailable as err:
             raise Unsupported(f"fused kernels unavailable: {err}") from err
-        return use_fused_symmetric_contraction(model, kernel_backend(device))
+        model = use_fused_symmetric_contraction(model, kernel_backend(device))
+        return use_irreps_linear(model)
     if backend == "cuequivariance":
         from mace.cli.convert_e3nn_cueq import run
 
