@@ -14,9 +14,10 @@ Design (why it is fast on a CPU):
   output block share one loop over ``u`` so the output stays in registers.
 * ``uvw`` paths contract with ``M`` per input channel and then mix channels with a
   small outer-product loop vectorized over the output channel ``w``.
-* The convolution's forward sums the output in parts of a few blocks, each over all of a
-  node's edges before the next, so that the accumulators stay in L1; the next edge's
-  weights are prefetched. Its backward computes the three gradients of a row in one pass.
+* The forward sums the output in parts of a few blocks (the convolution: each over all of
+  a node's edges before the next), zeroing a part's accumulators before and copying them
+  out right after, so that they stay in L1; the convolution prefetches the next edge's
+  weights. The backward computes the three gradients of a row in one pass.
 
 Row-level primitives (``row_fwd``, ``row_bwd`` and, for the double backward, one per
 gradient: ``row_bwd_x``, ``row_bwd_y``, ``row_bwd_w``) are
@@ -78,6 +79,17 @@ def _lit(c: float) -> str:
 def _sum(terms: Iterable[str]) -> str:
     terms = list(terms)
     return " + ".join(terms) if terms else "T(0)"
+
+
+def _ranges(blocks: list[IrrepBlock]) -> list[tuple[int, int]]:
+    """``[start, stop)`` of ``blocks`` (in row order), adjacent ones merged."""
+    out: list[tuple[int, int]] = []
+    for b in sorted(blocks, key=lambda b: b.offset):
+        if out and out[-1][1] == b.offset:
+            out[-1] = (out[-1][0], b.offset + b.size)
+        else:
+            out.append((b.offset, b.offset + b.size))
+    return out
 
 
 def _vpaths(desc: TPDescriptor) -> list[_VPath]:
@@ -213,15 +225,18 @@ class _Gen:
                 f"static inline void from_cm_{name}(const T* __restrict s, T* __restrict d) {{",
             )
             for b in blocks:
-                self.emit(
-                    f"  for (int64_t u = 0; u < {b.mul}; ++u) {{",
-                    *[
-                        f"    d[{b.offset} + u * {b.dim} + {i}] = s[{b.offset + i * b.mul} + u];"
-                        for i in range(b.dim)
-                    ],
-                    "  }",
-                )
+                self.emit(*self._from_cm_block(b))
             self.emit("}")
+
+    @staticmethod
+    def _from_cm_block(b: IrrepBlock) -> list[str]:
+        """Copy block ``b`` of a channel-major row ``s`` into e3nn layout ``d``."""
+        return [
+            f"  for (int64_t u = 0; u < {b.mul}; ++u) {{",
+            *[f"    d[{b.offset} + u * {b.dim} + {i}] = s[{b.offset + i * b.mul} + u];"
+              for i in range(b.dim)],
+            "  }",
+        ]
 
     # ------------------------------------------------------------------ forward
     def _m_block(self, vps: list[_VPath]) -> None:
@@ -284,6 +299,40 @@ class _Gen:
             "  switch (c) {",
             *cases,
             "  }",
+            "}",
+        )
+        self._fwd_part_edges(parts)
+
+    def _fwd_part_edges(self, parts: list[tuple[list[tuple[int, list[_VPath]]],
+                                                list[_VPath]]]) -> None:
+        """``fwd_begin(c, O)`` zeroes the accumulators that part ``c`` writes first;
+        ``fwd_end(c, O, out)`` copies to e3nn layout the blocks it writes last, while they
+        are still in L1; ``fwd_unwritten(out)`` zeroes the blocks no path writes."""
+        writers: dict[int, list[int]] = {}
+        for c, (groups, uvws) in enumerate(parts):
+            for b in {b for b, _ in groups} | {vp.path.i_out for vp in uvws}:
+                writers.setdefault(b, []).append(c)
+        begin = ["template <typename T>",
+                 "static inline void fwd_begin(int c, T* __restrict O) {", "  switch (c) {"]
+        end = ["template <typename T>",
+               "static inline void fwd_end(int c, const T* __restrict s, T* __restrict d) {",
+               "  switch (c) {"]
+        for c in range(len(parts)):
+            first = [self.d.out[b] for b in sorted(writers) if writers[b][0] == c]
+            last = [self.d.out[b] for b in sorted(writers) if writers[b][-1] == c]
+            begin += [f"    case {c}:",
+                      *[f"      zero(O + {lo}, {hi - lo});" for lo, hi in _ranges(first)],
+                      "      break;"]
+            end += [f"    case {c}: {{", *("    " + ln for ln in
+                                           (ln for b in last for ln in self._from_cm_block(b))),
+                    "      break;", "    }"]
+        unwritten = [b for i, b in enumerate(self.d.out) if i not in writers]
+        self.emit(
+            *begin, "  }", "}", *end, "  }", "}",
+            "template <typename T>",
+            "static inline void fwd_unwritten(T* __restrict d) {",
+            "  (void)d;",
+            *[f"  zero(d + {lo}, {hi - lo});" for lo, hi in _ranges(unwritten)],
             "}",
         )
 
@@ -586,6 +635,9 @@ class _Gen:
             "// Row primitives are called from many drivers; inlining each copy would multiply",
             "// compile time while a call per row costs nothing next to the row's work.",
             "#define NOINLINE __attribute__((noinline)) static",
+            "template <typename T> static inline void zero(T* p, int64_t n) {",
+            "  std::memset(p, 0, n * sizeof(T));",
+            "}",
         )
         self.transposes()
         self.row_fwd()
@@ -610,7 +662,6 @@ _KERNELS = r"""
 // dynamically for the same reason: a descheduled thread would stall a static share.
 constexpr int64_t MIN_PAR = 64;
 
-template <typename T> static inline void zero(T* p, int64_t n) { std::memset(p, 0, n * sizeof(T)); }
 
 // Asks for rows ahead of use into L2 (prefetcht2): a walk by destination jumps between the
 // weight rows of edges stored by source, which the hardware prefetcher does not foresee.
@@ -662,9 +713,12 @@ static void tp_fwd(int64_t B, const T* x, const T* y, const T* w, T* out, int nt
 #pragma omp for schedule(dynamic, 32)
     for (int64_t z = 0; z < B; ++z) {
       to_cm_in1(x + z * IN1, xc);
-      zero(oc, OUT);
-      row_fwd<T, false>(xc, y + z * IN2, w + z * WN, oc);
-      from_cm_out(oc, out + z * OUT);
+      for (int c = 0; c < FWD_PARTS; ++c) {
+        fwd_begin(c, oc);
+        row_fwd_part<T, false>(c, xc, y + z * IN2, w + z * WN, oc);
+        fwd_end(c, oc, out + z * OUT);
+      }
+      fwd_unwritten(out + z * OUT);
     }
   }
 }
@@ -742,8 +796,8 @@ static void conv_fwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
     alignas(64) T oc[OUTB];
 #pragma omp for schedule(dynamic, 16)
     for (int64_t n = 0; n < n_dst; ++n) {
-      zero(oc, OUT);
       for (int c = 0; c < FWD_PARTS; ++c) {
+        fwd_begin(c, oc);
         const int64_t w0 = FWD_W_BEGIN[c], wn = FWD_W_END[c] - w0;
         for (int64_t p = dst_ptr[n]; p < dst_ptr[n + 1]; ++p) {
           const int64_t e = dst_perm[p];
@@ -756,8 +810,9 @@ static void conv_fwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
           row_fwd_part<T, false>(c, xcm.data() + edge_src[e] * IN1, y + e * IN2, w + e * WN,
                                  oc);
         }
+        fwd_end(c, oc, out + n * OUT);
       }
-      from_cm_out(oc, out + n * OUT);
+      fwd_unwritten(out + n * OUT);
     }
   }
 }
