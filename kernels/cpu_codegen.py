@@ -37,8 +37,8 @@ from .descriptor import IrrepBlock, TPDescriptor, TPPath
 
 SCALARS = {"f32": "float", "f64": "double"}
 SIZES = {"f32": 4, "f64": 8}
-# Bytes of output accumulators per part of the convolution's forward (``_Gen._fwd_parts``):
-# half of a 32 KB L1, beside the rows of x and w they read. On mace-large@qm9 (36 KB of
+# Bytes of output accumulators per part of the forward (``_Gen._fwd_parts``): half of a
+# 32 KB L1, beside the rows of x and w they read. On mace-large@qm9 (36 KB of
 # accumulators per float32 row) parts of 16 KB made the forward 1.3x faster than one
 # part with the weights prefetched (parts of 8 KB: 1.2-1.25x, 32 KB: 1.15x).
 PART_BYTES = 16384
@@ -247,9 +247,9 @@ class _Gen:
     def _fwd_parts(self) -> list[tuple[list[tuple[int, list[_VPath]]], list[_VPath]]]:
         """The forward's output blocks cut into parts of at most :data:`PART_BYTES` of
         accumulators (whole blocks, in order; a larger block is a part alone; uvw paths in
-        a part of their own). The convolution sums one part over a node's edges before the
-        next, so that the part's accumulators stay in L1: all of mace-large's (9,088
-        floats, 36 KB) do not."""
+        a part of their own). The tensor product finishes one part of a row, the
+        convolution one part over all of a node's edges, before the next, so that the
+        part's accumulators stay in L1: all of mace-large's (9,088 floats, 36 KB) do not."""
         parts: list[tuple[list[tuple[int, list[_VPath]]], list[_VPath]]] = []
         budget, size = PART_BYTES // SIZES[self.sfx], 0
         for b, vps in self._groups():
@@ -595,8 +595,8 @@ class _Gen:
             for a in sorted({vp.path.i_in1 for vp in vps}):
                 blk = self.d.in1[a]
                 for i in range(blk.dim):
-                    terms = [f"w{vp.q} * ({_sum(self._gx_inner(vp, i))})" for vp in vps
-                             if vp.path.i_in1 == a and self._gx_inner(vp, i)]
+                    terms = [f"w{vp.q} * ({_sum(inner)})" for vp in vps
+                             if vp.path.i_in1 == a and (inner := self._gx_inner(vp, i))]
                     if terms:
                         self.emit(f"      GX[{blk.offset + i * blk.mul} + u] += {_sum(terms)};")
             for vp in vps:
@@ -661,7 +661,6 @@ _KERNELS = r"""
 // busy machine its barrier can wait a whole scheduler time slice). Loops are scheduled
 // dynamically for the same reason: a descheduled thread would stall a static share.
 constexpr int64_t MIN_PAR = 64;
-
 
 // Asks for rows ahead of use into L2 (prefetcht2): a walk by destination jumps between the
 // weight rows of edges stored by source, which the hardware prefetcher does not foresee.
