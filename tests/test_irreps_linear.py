@@ -8,18 +8,22 @@ from e3nn import o3
 from equibench.implementations.mace.linear import IrrepsLinear
 
 # MACE's interaction linear after a channel-wise product (several inputs per output irrep,
-# in mixed order), an output irrep no input reaches, and multiplicities that differ.
+# in mixed order), an output irrep no input reaches, multiplicities that differ, and
+# explicit instructions whose outputs read overlapping runs of inputs (one output's run
+# cut in two by another's edge).
 CASES = [
-    ("16x0e+16x1o+16x0e+16x2e+16x1o", "8x0e+8x1o+8x2e"),
-    ("16x0e+16x1o", "8x0e+8x1o+4x2e"),
-    ("5x0e+3x1o", "7x0e+2x1o"),
+    ("16x0e+16x1o+16x0e+16x2e+16x1o", "8x0e+8x1o+8x2e", None),
+    ("16x0e+16x1o", "8x0e+8x1o+4x2e", None),
+    ("5x0e+3x1o", "7x0e+2x1o", None),
+    ("4x0e+3x0e+4x0e", "4x0e+5x0e", [(0, 0), (1, 0), (1, 1), (2, 1)]),
 ]
 
 
-@pytest.mark.parametrize(("irreps_in", "irreps_out"), CASES)
-def test_same_function_and_derivatives_as_e3nn(irreps_in: str, irreps_out: str) -> None:
+@pytest.mark.parametrize(("irreps_in", "irreps_out", "instructions"), CASES)
+def test_same_function_and_derivatives_as_e3nn(
+        irreps_in: str, irreps_out: str, instructions: list[tuple[int, int]] | None) -> None:
     torch.manual_seed(0)
-    lin = o3.Linear(irreps_in, irreps_out).to(torch.float64)
+    lin = o3.Linear(irreps_in, irreps_out, instructions=instructions).to(torch.float64)
     ours = IrrepsLinear(lin)
     assert ours.weight is lin.weight
     assert ours.state_dict().keys() == lin.state_dict().keys()
