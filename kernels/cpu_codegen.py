@@ -63,8 +63,8 @@ class _VPath:
         """Distinct (i, k) of the nonzero CG entries, in a stable order."""
         return sorted({(i, k) for i, _, k, _ in self.path.cg})
 
-    def m_name(self, i: int, k: int) -> str:
-        return f"m{self.q}_{i}_{k}"
+    def m_name(self, i: int, k: int, prefix: str = "m") -> str:
+        return f"{prefix}{self.q}_{i}_{k}"
 
     def weight_index(self, u: str) -> str:
         """Weight of channel ``u`` (uvu) as a C++ index expression."""
@@ -102,16 +102,17 @@ def _vpaths(desc: TPDescriptor) -> list[_VPath]:
     return out
 
 
-def _m_consts(vp: _VPath) -> list[str]:
-    """``M[i, k] = alpha * sum_j C[i, j, k] * y[v, j]`` for one row, as scalar constants."""
+def _m_consts(vp: _VPath, src: str = "Y", prefix: str = "m") -> list[str]:
+    """``M[i, k] = alpha * sum_j C[i, j, k] * y[v, j]`` for one row, as scalar constants
+    (``y`` read from array ``src``, the constants named with ``prefix``)."""
     lines = []
     for i, k in vp.ik_pairs():
         terms = [
-            f"{_lit(vp.path.alpha * c)} * Y[{vp.y_base + j}]"
+            f"{_lit(vp.path.alpha * c)} * {src}[{vp.y_base + j}]"
             for (ii, j, kk, c) in vp.path.cg
             if (ii, kk) == (i, k)
         ]
-        lines.append(f"const T {vp.m_name(i, k)} = {_sum(terms)};")
+        lines.append(f"const T {vp.m_name(i, k, prefix)} = {_sum(terms)};")
     return lines
 
 
@@ -155,7 +156,7 @@ class _Gen:
         return indent + ("{" if vp.path.has_weight else "if constexpr (!WONLY) {")
 
     @staticmethod
-    def _load_x(vps: list[_VPath]) -> list[str]:
+    def _load_x(vps: list[_VPath], src: str = "X", name: str = "x") -> list[str]:
         lines, seen = [], set()
         for vp in vps:
             if vp.path.i_in1 in seen:
@@ -163,7 +164,8 @@ class _Gen:
             seen.add(vp.path.i_in1)
             a = vp.in1
             for i in range(a.dim):
-                lines.append(f"const T x{vp.path.i_in1}_{i} = {_x(a.offset, a.mul, i)};")
+                value = _x(a.offset, a.mul, i).replace("X[", f"{src}[", 1)
+                lines.append(f"const T {name}{vp.path.i_in1}_{i} = {value};")
         return lines
 
     @staticmethod
@@ -182,25 +184,28 @@ class _Gen:
         return keys
 
     @staticmethod
-    def _gx_inner(vp: _VPath, i: int) -> list[str]:
+    def _gx_inner(vp: _VPath, i: int, m: str = "m") -> list[str]:
         """Terms of ``sum_k M[i, k] g[k]`` (the path's share of ``GX[i]``, unweighted)."""
-        return [f"{vp.m_name(ii, k)} * g{k}" for ii, k in vp.ik_pairs() if ii == i]
+        return [f"{vp.m_name(ii, k, m)} * g{k}" for ii, k in vp.ik_pairs() if ii == i]
 
     @staticmethod
-    def _gy_sum(vp: _VPath, j: int) -> str:
+    def _gy_sum(vp: _VPath, j: int, x: str = "x") -> str:
         """``sum_{i,k} alpha C[i, j, k] x[i] g[k]`` (the path's ``GY[j]``, unweighted)."""
         a = vp.path.i_in1
-        return _sum(f"{_lit(vp.path.alpha * c)} * x{a}_{i} * g{k}"
+        return _sum(f"{_lit(vp.path.alpha * c)} * {x}{a}_{i} * g{k}"
                     for i, jj, k, c in vp.path.cg if jj == j)
 
     @staticmethod
-    def _gw_sum(vp: _VPath) -> str:
-        """``sum_k g[k] sum_i M[i, k] x[i]`` (the path's weight gradient at channel u)."""
-        a, pairs = vp.path.i_in1, vp.ik_pairs()
-        return _sum(
-            f"g{k} * ({_sum(f'{vp.m_name(i, kk)} * x{a}_{i}' for i, kk in pairs if kk == k)})"
-            for k in sorted({k for _, k in pairs})
-        )
+    def _gw_sum(vp: _VPath, pairs_mx: Iterable[tuple[str, str]] = (("m", "x"),)) -> str:
+        """``sum_k g[k] sum_i M[i, k] x[i]`` (the path's weight gradient at channel u),
+        summed over the (constants, inputs) name pairs ``pairs_mx``."""
+        a, pairs, mx = vp.path.i_in1, vp.ik_pairs(), tuple(pairs_mx)
+
+        def inner(k: int) -> str:
+            return _sum(f"{vp.m_name(i, kk, m)} * {x}{a}_{i}"
+                        for m, x in mx for i, kk in pairs if kk == k)
+
+        return _sum(f"g{k} * ({inner(k)})" for k in sorted({k for _, k in pairs}))
 
     # ------------------------------------------------------------------ transposes
     def transposes(self) -> None:
@@ -611,6 +616,70 @@ class _Gen:
             self._uvw_bwd_w(vp, "=")
         self.emit("}")
 
+    def row_dbwd_xyw(self) -> None:
+        """The double backward's x, y and w parts when all three cotangents are given:
+        six single-gradient passes (``row_dbwd_rest``) made one per output block, which
+        loads x, its cotangent, g and both weight rows once and forms each path's ``M``
+        from ``Y`` and from ``GGY`` once. Unweighted paths take no ``GGW`` terms."""
+        self.emit(
+            "// GX[cm in1] += Tx*(G; GGY, W) + Tx*(G; Y, GGW), GY[e3nn in2] += Ty*(G; GGX, W)",
+            "// + Ty*(G; X, GGW), GW[e3nn weights] += Tw*(G; GGX, Y) + Tw*(G; X, GGY) for one",
+            "// row (X, GGX, G channel-major), weighted paths only for the GGW and GW terms.",
+            "template <typename T>",
+            "NOINLINE void row_dbwd_xyw(const T* __restrict X, const T* __restrict GGX,",
+            "                           const T* __restrict Y, const T* __restrict GGY,",
+            "                           const T* __restrict W, const T* __restrict GGW,",
+            "                           const T* __restrict G, T* __restrict GX,",
+            "                           T* __restrict GY, T* __restrict GW) {",
+            "  (void)X; (void)GGX; (void)Y; (void)GGY; (void)W; (void)GGW; (void)G;",
+            "  (void)GX; (void)GY; (void)GW;",
+        )
+        for b, vps in self._groups():
+            ob = self.d.out[b]
+            self.emit("  {")
+            for vp in vps:
+                self.emit(*("    " + ln for ln in _m_consts(vp)),
+                          *("    " + ln for ln in _m_consts(vp, "GGY", "n")))
+            keys = self._gy_loop(vps, ob)
+            self.emit(*("      " + ln for ln in self._load_x(vps)),
+                      *("      " + ln for ln in self._load_x(vps, "GGX", "z")),
+                      *self._load_g(ob), *["      " + self._wv(vp) for vp in vps],
+                      *[f"      const T v{vp.q} = GGW[{vp.weight_index('u')}];"
+                        for vp in vps if vp.path.has_weight])
+            for a in sorted({vp.path.i_in1 for vp in vps}):
+                blk = self.d.in1[a]
+                for i in range(blk.dim):
+                    terms = []
+                    for vp in vps:
+                        if vp.path.i_in1 != a:
+                            continue
+                        if inner := self._gx_inner(vp, i, "n"):
+                            terms.append(f"w{vp.q} * ({_sum(inner)})")
+                        if vp.path.has_weight and (inner := self._gx_inner(vp, i)):
+                            terms.append(f"v{vp.q} * ({_sum(inner)})")
+                    if terms:
+                        self.emit(f"      GX[{blk.offset + i * blk.mul} + u] += {_sum(terms)};")
+            for vp in vps:
+                for j in sorted({j for _, j, _, _ in vp.path.cg}):
+                    terms = [f"w{vp.q} * ({self._gy_sum(vp, j, 'z')})"]
+                    if vp.path.has_weight:
+                        terms.append(f"v{vp.q} * ({self._gy_sum(vp, j)})")
+                    self.emit(f"      gy{vp.y_base + j} += {_sum(terms)};")
+                if vp.path.has_weight:
+                    self.emit(f"      GW[{vp.weight_index('u')}] += "
+                              f"{self._gw_sum(vp, (('m', 'z'), ('n', 'x')))};")
+            self.emit("    }", *[f"    GY[{key}] += gy{key};" for key in keys], "  }")
+        # uvw paths: the single-gradient code of each term, its inputs renamed in a block.
+        for vp in self._uvw():
+            for alias, emit in (("Y = GGY", self._uvw_bwd_x), ("W = GGW", self._uvw_bwd_x),
+                                ("X = GGX", self._uvw_bwd_y), ("W = GGW", self._uvw_bwd_y),
+                                ("X = GGX", lambda vp: self._uvw_bwd_w(vp, "+=")),
+                                ("Y = GGY", lambda vp: self._uvw_bwd_w(vp, "+="))):
+                self.emit(f"  {{ const T* __restrict {alias};")
+                emit(vp)
+                self.emit("  }")
+        self.emit("}")
+
     # ------------------------------------------------------------------ kernels
     def kernels(self) -> None:
         d = self.d
@@ -645,6 +714,7 @@ class _Gen:
         self.row_bwd_y()
         self.row_bwd_w()
         self.row_bwd()
+        self.row_dbwd_xyw()
         self.kernels()
         self.emit("}  // namespace", 'extern "C" {')
         self.emit(f'const char* eqb_descriptor_hash_{self.sfx}() {{ return "{self.d.hash}"; }}')
@@ -689,6 +759,10 @@ template <typename T>
 static inline void row_dbwd_rest(const T* xc, const T* ggxc, const T* y, const T* ggy,
                                  const T* w, const T* ggw, const T* gc,
                                  T* dxc, T* dy, T* dw) {
+  if (ggxc && ggy && ggw) {  // all three (a training step with forces): one pass
+    row_dbwd_xyw<T>(xc, ggxc, y, ggy, w, ggw, gc, dxc, dy, dw);
+    return;
+  }
   if (ggy) {
     row_bwd_x<T, false>(ggy, w, gc, dxc);
     row_bwd_w<T>(xc, ggy, gc, dw);

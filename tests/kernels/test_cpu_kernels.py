@@ -100,7 +100,8 @@ def test_conv_forward_backward_double_backward(name: str, dtype: torch.dtype) ->
 
 
 def test_double_backward_with_missing_cotangents() -> None:
-    """Autograd passes None for outputs it does not need: they count as zero."""
+    """Autograd passes None for outputs it does not need: they count as zero. (All three
+    given take the one-pass kernel, which sums in another order: equal to rounding.)"""
     desc = mixed_descriptor()
     k = cpu_kernels(desc)
     x, y, w, g = random_inputs(desc, rows=5)
@@ -108,7 +109,7 @@ def test_double_backward_with_missing_cotangents() -> None:
     full = k.tp_double_backward(g, x, y, w, None, ggy, None)
     ref = k.tp_double_backward(g, x, y, w, torch.zeros_like(ggx), ggy, torch.zeros_like(ggw))
     for a, b in zip(full, ref, strict=True):
-        assert torch.equal(a, b)
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
 def test_full_size_mace_large_forward() -> None:
