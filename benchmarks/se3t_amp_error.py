@@ -33,7 +33,7 @@ from equibench.correctness import scaled_error
 AUTOCAST = {"float16": torch.float16, "bfloat16": torch.bfloat16, "none": None}
 
 
-def _first_tensor(output: object) -> torch.Tensor:
+def _as_tensor(output: object) -> torch.Tensor:
     """A module's output as one tensor (the blocks and norms return dicts by degree)."""
     if isinstance(output, dict):
         return torch.cat([t.detach().double().flatten() for t in output.values()])
@@ -52,7 +52,7 @@ def one_step(args: argparse.Namespace, dtype: torch.dtype, autocast: torch.dtype
     ops = make_graph_ops(switches.graph_ops, mol.edge_src, mol.edge_dst, mol.n_nodes)
     layers: dict[str, torch.Tensor] = {}
     hooks = [module.register_forward_hook(
-        lambda _m, _i, out, name=name: layers.__setitem__(name, _first_tensor(out)))
+        lambda _m, _i, out, name=name: layers.__setitem__(name, _as_tensor(out)))
         for name, module in model.named_modules() if name.startswith(("blocks.", "norms."))
         and name.count(".") == 1]
     hooks.append(model.conv_out.register_forward_hook(

@@ -30,7 +30,7 @@ time per kernel) and is called through ``ctypes``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .descriptor import IrrepBlock, TPDescriptor, TPPath
@@ -116,8 +116,8 @@ def _m_consts(vp: _VPath, src: str = "Y", prefix: str = "m") -> list[str]:
     return lines
 
 
-def _x(a_off: int, mul: int, i: int, u: str = "u") -> str:
-    return f"X[{a_off + i * mul} + {u}]"
+def _x(a_off: int, mul: int, i: int, u: str = "u", src: str = "X") -> str:
+    return f"{src}[{a_off + i * mul} + {u}]"
 
 
 class _Gen:
@@ -164,8 +164,8 @@ class _Gen:
             seen.add(vp.path.i_in1)
             a = vp.in1
             for i in range(a.dim):
-                value = _x(a.offset, a.mul, i).replace("X[", f"{src}[", 1)
-                lines.append(f"const T {name}{vp.path.i_in1}_{i} = {value};")
+                lines.append(f"const T {name}{vp.path.i_in1}_{i} = "
+                             f"{_x(a.offset, a.mul, i, src=src)};")
         return lines
 
     @staticmethod
@@ -182,6 +182,17 @@ class _Gen:
             f"    for (int64_t u = 0; u < {ob.mul}; ++u) {{",
         )
         return keys
+
+    def _emit_gx(self, vps: list[_VPath], terms_of: Callable[[_VPath, int], list[str]]
+                 ) -> None:
+        """``GX[i] += ...`` inside a group's channel loop, for every entry ``i`` of the inputs
+        its paths read; ``terms_of(vp, i)``: the path's terms of that entry."""
+        for a in sorted({vp.path.i_in1 for vp in vps}):
+            blk = self.d.in1[a]
+            for i in range(blk.dim):
+                terms = [t for vp in vps if vp.path.i_in1 == a for t in terms_of(vp, i)]
+                if terms:
+                    self.emit(f"      GX[{blk.offset + i * blk.mul} + u] += {_sum(terms)};")
 
     @staticmethod
     def _gx_inner(vp: _VPath, i: int, m: str = "m") -> list[str]:
@@ -590,6 +601,11 @@ class _Gen:
             "                      T* __restrict GX, T* __restrict GY, T* __restrict GW) {",
             "  (void)X; (void)Y; (void)W; (void)G; (void)GX; (void)GY; (void)GW;",
         )
+
+        def dx_terms(vp: _VPath, i: int) -> list[str]:
+            inner = self._gx_inner(vp, i)
+            return [f"w{vp.q} * ({_sum(inner)})"] if inner else []
+
         for b, vps in self._groups():
             ob = self.d.out[b]
             self.emit("  {")
@@ -597,13 +613,7 @@ class _Gen:
             keys = self._gy_loop(vps, ob)
             self.emit(*("      " + s for s in self._load_x(vps)), *self._load_g(ob),
                       *["      " + self._wv(vp) for vp in vps])
-            for a in sorted({vp.path.i_in1 for vp in vps}):
-                blk = self.d.in1[a]
-                for i in range(blk.dim):
-                    terms = [f"w{vp.q} * ({_sum(inner)})" for vp in vps
-                             if vp.path.i_in1 == a and (inner := self._gx_inner(vp, i))]
-                    if terms:
-                        self.emit(f"      GX[{blk.offset + i * blk.mul} + u] += {_sum(terms)};")
+            self._emit_gx(vps, dx_terms)
             for vp in vps:
                 for j in sorted({j for _, j, _, _ in vp.path.cg}):
                     self.emit(f"      gy{vp.y_base + j} += w{vp.q} * ({self._gy_sum(vp, j)});")
@@ -634,6 +644,15 @@ class _Gen:
             "  (void)X; (void)GGX; (void)Y; (void)GGY; (void)W; (void)GGW; (void)G;",
             "  (void)GX; (void)GY; (void)GW;",
         )
+
+        def dx_terms(vp: _VPath, i: int) -> list[str]:
+            terms = []
+            if inner := self._gx_inner(vp, i, "n"):  # Tx*(G; GGY, W)
+                terms.append(f"w{vp.q} * ({_sum(inner)})")
+            if vp.path.has_weight and (inner := self._gx_inner(vp, i)):  # Tx*(G; Y, GGW)
+                terms.append(f"v{vp.q} * ({_sum(inner)})")
+            return terms
+
         for b, vps in self._groups():
             ob = self.d.out[b]
             self.emit("  {")
@@ -646,19 +665,7 @@ class _Gen:
                       *self._load_g(ob), *["      " + self._wv(vp) for vp in vps],
                       *[f"      const T v{vp.q} = GGW[{vp.weight_index('u')}];"
                         for vp in vps if vp.path.has_weight])
-            for a in sorted({vp.path.i_in1 for vp in vps}):
-                blk = self.d.in1[a]
-                for i in range(blk.dim):
-                    terms = []
-                    for vp in vps:
-                        if vp.path.i_in1 != a:
-                            continue
-                        if inner := self._gx_inner(vp, i, "n"):
-                            terms.append(f"w{vp.q} * ({_sum(inner)})")
-                        if vp.path.has_weight and (inner := self._gx_inner(vp, i)):
-                            terms.append(f"v{vp.q} * ({_sum(inner)})")
-                    if terms:
-                        self.emit(f"      GX[{blk.offset + i * blk.mul} + u] += {_sum(terms)};")
+            self._emit_gx(vps, dx_terms)
             for vp in vps:
                 for j in sorted({j for _, j, _, _ in vp.path.cg}):
                     terms = [f"w{vp.q} * ({self._gy_sum(vp, j, 'z')})"]

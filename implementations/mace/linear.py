@@ -42,8 +42,11 @@ class _Run:
     ``(z, mul, 2l+1)`` view of the pieces ``pieces`` (indices into the input's split)."""
 
     pieces: range
-    mul: int
     blocks: tuple[_Block, ...]
+
+    @property
+    def mul(self) -> int:
+        return sum(b.mul_in for b in self.blocks)
 
 
 def _runs(blocks: list[_Block]) -> list[list[_Block]]:
@@ -95,8 +98,8 @@ class IrrepsLinear(torch.nn.Module):
                                                                              r[-1].stop)})
         self._sizes = [b - a for a, b in itertools.pairwise(cuts)]
         self._runs = [
-            [_Run(range(cuts.index(r[0].start), cuts.index(r[-1].stop)),
-                  sum(b.mul_in for b in r), tuple(r)) for r in runs]
+            [_Run(range(cuts.index(r[0].start), cuts.index(r[-1].stop)), tuple(r))
+             for r in runs]
             for runs in grouped
         ]
 
