@@ -1,16 +1,26 @@
-"""What the machine did while a case was timed: steal time and other processes' CPU use.
+"""What the machine did while a case was timed: steal time, other processes' CPU use, and
+whether parallel regions ran at their usual speed.
 
 A virtual machine's timings move with its neighbours: the hypervisor steals CPU time
 (``steal`` in ``/proc/stat``) and other processes compete for the cores. Hardware counters
 are not available on such VMs, so the runner reads the kernel's CPU accounting around each
 timed slot instead and flags a case measured while the machine was disturbed (pyperf warns
 the same way about unstable results).
+
+Some VMs also switch, for tens of seconds to minutes, into a mode in which code on several
+threads runs slower than on one, with no steal time and every vCPU fully busy (measured on
+the 2-core CI VM, README "Noise and regressions"). A case process on several threads
+therefore times a small in-cache matrix product on its threads before each round and
+compares it with the same product on one thread (:func:`parallel_slowdown`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+
+import torch
 
 # A group whose timed slots lost more than this share of the machine's CPU time to steal, or
 # saw other processes use more than this share, was measured on a disturbed machine.
@@ -22,6 +32,53 @@ OTHER_BUSY_LIMIT = 0.20
 # Ticks are 10 ms of one core: below this many in all (half a second of a 2-core machine)
 # the count is too coarse to judge, and nothing is flagged.
 MIN_TICKS = 100
+# A round whose probe ran this much slower on the case's threads than on one thread was
+# timed in the slow mode. Measured on the 2-core VM over 1,796 probes in 5 minutes: median
+# 0.96x (p10-p90 0.95-0.98, at most 1.10x) in its usual mode, 1.84x (1.81-1.91, at least
+# 1.49x) in the slow one, which 38% of the probes hit.
+PARALLEL_LIMIT = 1.3
+# The group is flagged when at least this share of its rounds' probes were slow.
+PARALLEL_SHARE = 0.25
+
+
+def probe_seconds(threads: int, repeats: int = 3) -> float:
+    """Best of ``repeats`` runs of 50 products of 64 x 64 float32 matrices (in cache: about
+    0.35 ms on one core of the CI VM) on ``threads`` threads."""
+    a = torch.ones(64, 64)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(50):
+                torch.mm(a, a)
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+    return best
+
+
+@dataclass
+class ParallelProbe:
+    """The probe of one case process: its one-thread time once, then one ratio a round."""
+
+    threads: int
+    single_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        # One thread is the reference: it runs at the same speed in both modes.
+        self.single_s = probe_seconds(1, repeats=5)
+
+    def slowdown(self) -> float:
+        """The probe's time on the process's threads over its time on one thread."""
+        return probe_seconds(self.threads) / self.single_s
+
+
+def parallel_probe() -> ParallelProbe | None:
+    """A probe for this process, or None where it runs on one thread (nothing to see)."""
+    threads = torch.get_num_threads()
+    return ParallelProbe(threads) if threads > 1 else None
 
 
 @dataclass(frozen=True)
@@ -75,6 +132,8 @@ class Load:
     steal: int = 0
     busy: int = 0
     own: int = 0
+    # The parallel probe's ratio of each round of each case (none on one thread).
+    parallel: list[float] = field(default_factory=list)
 
     def add(self, machine: CpuTicks, own: int) -> None:
         """One slot: the machine's ticks over it and the ticks of the timed process and of
@@ -96,18 +155,25 @@ class Load:
         """Why the machine counts as disturbed during these slots; '' when it was quiet or
         the slots were too short to judge."""
         reasons = []
-        if self.total < MIN_TICKS:
-            return ""
-        if self.steal_fraction > STEAL_LIMIT:
-            reasons.append(f"steal {self.steal_fraction:.0%} of CPU time")
-        if self.other_busy_fraction > OTHER_BUSY_LIMIT:
-            reasons.append(f"other processes used {self.other_busy_fraction:.0%} of CPU time")
+        if self.total >= MIN_TICKS:
+            if self.steal_fraction > STEAL_LIMIT:
+                reasons.append(f"steal {self.steal_fraction:.0%} of CPU time")
+            if self.other_busy_fraction > OTHER_BUSY_LIMIT:
+                reasons.append(
+                    f"other processes used {self.other_busy_fraction:.0%} of CPU time")
+        slow = [r for r in self.parallel if r > PARALLEL_LIMIT]
+        if self.parallel and len(slow) >= PARALLEL_SHARE * len(self.parallel):
+            reasons.append(f"parallel regions ran up to {max(slow):.1f}x slower than on one "
+                           f"thread in {len(slow)} of {len(self.parallel)} rounds")
         return "; ".join(reasons)
 
     def summary(self) -> dict[str, float]:
-        return {"steal_fraction": round(self.steal_fraction, 4),
-                "other_busy_fraction": round(self.other_busy_fraction, 4),
-                "ticks": self.total, "load_1min": os.getloadavg()[0]}
+        summary = {"steal_fraction": round(self.steal_fraction, 4),
+                   "other_busy_fraction": round(self.other_busy_fraction, 4),
+                   "ticks": self.total, "load_1min": os.getloadavg()[0]}
+        if self.parallel:
+            summary["parallel_slowdown_max"] = round(max(self.parallel), 3)
+        return summary
 
 
 class Slot:

@@ -12,8 +12,8 @@ own and kept alive; the parent then drives them round by round, in a fresh rando
 each round, so that a slow minute of a shared machine falls on all of them. Each row keeps
 its per-round medians (``round_times_s``) and the group's ``rounds_id``, from which
 ``equibench.paired`` takes ratios round by round. The parent reads the kernel's CPU
-accounting around each timed slot (``machine_load``) and records a disturbed machine in
-the row.
+accounting around each timed slot and the case process's parallel probe before each round
+(``machine_load``) and records a disturbed machine in the row.
 """
 
 from __future__ import annotations
@@ -215,6 +215,7 @@ class _Session:
     first_call_s: float
     row: dict
     reference_dir: str
+    probe: machine_load.ParallelProbe | None = None  # set where a round is probed
 
     def round(self, plan: RoundPlan) -> dict | None:
         """Time one round; a failed call ends the case with the returned row."""
@@ -291,8 +292,9 @@ def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
     """A case process: prepare the case, then time the rounds the parent asks for.
 
     Messages from the parent: ``("round", plan)`` and ``("finish", rounds_id, disturbed,
-    load)``. Replies: ``("ready",)`` once gated and warmed up, ``("round",)`` after each
-    round, and ``("done", row, whole)`` when the case is over.
+    load)``. Replies: ``("ready",)`` once gated and warmed up, ``("round", slowdown)`` after
+    each round (the parallel probe's ratio, None where the case runs on one thread or a
+    GPU), and ``("done", row, whole)`` when the case is over.
     """
     measure = MeasureConfig(**settings_dict["measure"])
     settings = RunSettings(**{**settings_dict, "measure": measure})
@@ -303,13 +305,20 @@ def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
         for module in settings.plugins:
             importlib.import_module(module)
         row, whole, session = _prepare(case, settings)
+        if session is not None and case.device == "cpu":
+            session.probe = machine_load.parallel_probe()
+        reply: tuple = ("ready",)
         while session is not None:
-            conn.send(("ready",) if not session.timing.rounds else ("round",))
+            conn.send(reply)
             message = conn.recv()
             if message[0] == "finish":
                 row, session = session.finish(*message[1:]), None
-            elif (failed := session.round(RoundPlan(**message[1]))) is not None:
+                continue
+            # The probe just before the round: the VM's slow mode lasts seconds or longer.
+            slowdown = session.probe.slowdown() if session.probe is not None else None
+            if (failed := session.round(RoundPlan(**message[1]))) is not None:
                 row, session = failed, None
+            reply = ("round", slowdown)
     except BaseException as err:  # noqa: BLE001 - report, then exit
         row, whole = {**case.to_dict(), "status": "error",
                       "reason": "".join(traceback.format_exception_only(err)).strip()[:2000]
@@ -329,6 +338,7 @@ class _Worker:
         child.close()
         self.row: dict | None = None  # set once the case is over
         self.whole = False
+        self.reply: tuple = ()  # the process's last message while the case goes on
 
     def wait(self) -> bool:
         """Wait for the process's next message; True while the case goes on."""
@@ -340,6 +350,7 @@ class _Worker:
             except EOFError:  # the process died
                 message = None
         if message is not None and message[0] != "done":
+            self.reply = message
             return True
         if message is not None:
             self.row, self.whole = message[1], message[2]
@@ -414,7 +425,9 @@ def _run_group(cases: list[Case], settings: RunSettings, ctx,
         for worker in active:
             if worker.row is None and worker.send("round", plan):
                 with machine_load.Slot(worker.proc.pid, load):
-                    worker.wait()
+                    going_on = worker.wait()
+                if going_on and worker.reply[1] is not None:
+                    load.parallel.append(worker.reply[1])
     for worker in workers.values():
         if worker.row is None and worker.send("finish", rounds_id, load.disturbed(),
                                               load.summary()):

@@ -1,6 +1,8 @@
 """The correctness gate and per-case process isolation."""
 
+import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -168,6 +170,12 @@ def test_implementations_of_a_case_are_timed_in_interleaved_rounds():
     # Timed alone, a case has rounds but no partner.
     alone = run_cases([case("test-log-a", "forward", "float32")], settings, progress=False)
     assert alone["rounds_id"].iloc[0] == "" and len(alone["round_times_s"].iloc[0]) == rounds
+    # On one thread there is no parallel probe; on two, every round is probed.
+    assert "parallel_slowdown_max" not in json.loads(frame["extra"].iloc[0])["machine_load"]
+    two = run_cases([case(name, "forward", "float32") for name in names[:2]],
+                    replace(settings, threads=2), progress=False)
+    assert all(json.loads(extra)["machine_load"]["parallel_slowdown_max"] > 0
+               for extra in two["extra"])
 
 
 @pytest.mark.parametrize("direction", ["backward", "double_backward"])

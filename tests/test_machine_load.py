@@ -4,6 +4,7 @@ import os
 import time
 
 import pytest
+import torch
 
 from equibench import machine_load
 from equibench.machine_load import CpuTicks, Load
@@ -46,3 +47,29 @@ def test_a_slot_counts_the_timed_process_as_its_own():
     own = machine_load.process_ticks(os.getpid())
     assert own is not None and own > 0
     assert machine_load.process_ticks(2**22 + 12345) is None  # no such process
+
+
+def test_slow_parallel_rounds_flag_the_group_whatever_its_ticks():
+    usual, slow = 0.96, 1.9
+    quarter = Load()
+    quarter.parallel += [usual] * 6 + [slow, 1.6]
+    assert quarter.disturbed() == ("parallel regions ran up to 1.9x slower than on one "
+                                   "thread in 2 of 8 rounds")
+    assert quarter.summary()["parallel_slowdown_max"] == 1.9
+    one = Load()
+    one.parallel += [usual] * 7 + [slow]  # one round of eight: below the share
+    assert one.disturbed() == ""
+    assert Load().disturbed() == "" and "parallel_slowdown_max" not in Load().summary()
+
+
+def test_the_parallel_probe_compares_the_threads_with_one_and_restores_them():
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert machine_load.parallel_probe() is None  # nothing to compare on one thread
+        torch.set_num_threads(2)
+        probe = machine_load.parallel_probe()
+        assert probe is not None and probe.threads == 2 and probe.single_s > 0
+        assert probe.slowdown() > 0 and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
