@@ -43,8 +43,9 @@ class Precision:
 # parameters and run the call under torch.autocast (NVIDIA's AMP training recipe): matmuls
 # round to the autocast dtype, reductions stay float32. Measured on the SE(3)-Transformer
 # (CPU, small and medium models): bfloat16 inference 1.7e-2, training-step gradients
-# 2.8e-2 to 1.8e-1; float16 1.1e-3 to 3.7e-2. The bounds (~25 and ~50 units of roundoff)
-# pass the typical case and leave the worst ones `incorrect`, as they are.
+# 2.8e-2 to 1.8e-1; float16 1.1e-3 to 3.7e-2. The bounds, 26 units of roundoff for
+# bfloat16 (u = 2^-8) and 102 for float16 (u = 2^-11), pass the typical case and leave the
+# worst ones `incorrect`, as they are.
 PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
