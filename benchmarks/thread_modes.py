@@ -5,7 +5,8 @@
 
 In one process, over and over for ``--seconds``: e3nn's and our fused tensor product
 (forward, float32) and the machine-load module's parallel probe (50 in-cache 64 x 64 matrix
-products), each timed on one thread and then on all of them (median of 6, 20 and 5 calls).
+products), each timed on one thread and on all of them, in alternating order from sample to
+sample (median of 6 and of 20 calls; the probe's best of 3 runs).
 A sample whose probe ran more than ``machine_load.PARALLEL_LIMIT`` times slower on all
 threads than on one counts as the slow mode. Prints, per measure, p10 / median / p90 of
 each mode, and the e3nn / fused ratio in each mode on one thread and on all of them: where
@@ -48,10 +49,12 @@ def _call(implementation: str, workload: str, batch: int) -> Callable[[], object
     return registry.plugin(case).build(case, torch.float32, 0).call
 
 
-def sample(calls: dict[str, Callable[[], object]], threads: int) -> dict[str, float]:
-    """One sample: every measure on one thread, then on ``threads``."""
+def sample(calls: dict[str, Callable[[], object]], threads: int, one_first: bool
+           ) -> dict[str, float]:
+    """One sample: every measure on one thread and on ``threads``, one thread first or
+    last (alternated by the caller, so that a drift within a sample falls on both)."""
     out = {}
-    for n in (1, threads):
+    for n in ((1, threads) if one_first else (threads, 1)):
         torch.set_num_threads(n)
         out[f"e3nn_{n}t"] = _median_ms(calls["e3nn"], 6)
         out[f"fused_{n}t"] = _median_ms(calls["fused"], 20)
@@ -97,7 +100,7 @@ def main() -> None:
     samples = []
     end = time.monotonic() + args.seconds
     while time.monotonic() < end:
-        samples.append(sample(calls, threads))
+        samples.append(sample(calls, threads, one_first=len(samples) % 2 == 0))
         if len(samples) % 100 == 0:
             print(f"  {len(samples)} samples", flush=True)
     torch.set_num_threads(threads)

@@ -9,9 +9,10 @@ the same way about unstable results).
 
 Some VMs also switch, for tens of seconds to minutes, into a mode in which code on several
 threads runs slower than on one, with no steal time and every vCPU fully busy (measured on
-the 2-core CI VM, README "Noise and regressions"). A case process on several threads
-therefore times a small in-cache matrix product on its threads before each round and
-compares it with the same product on one thread (:func:`parallel_slowdown`).
+the 2-core CI VM, README "Noise and regressions"). A case process on two threads
+therefore times a small in-cache matrix product on them after each round and compares it
+with the same product on one thread, timed once before the case was warmed up
+(:class:`ParallelProbe`).
 """
 
 from __future__ import annotations
@@ -32,12 +33,17 @@ OTHER_BUSY_LIMIT = 0.20
 # Ticks are 10 ms of one core: below this many in all (half a second of a 2-core machine)
 # the count is too coarse to judge, and nothing is flagged.
 MIN_TICKS = 100
-# A round whose probe ran this much slower on the case's threads than on one thread was
-# timed in the slow mode. Measured on the 2-core VM over 1,796 probes in 5 minutes: median
-# 0.96x (p10-p90 0.95-0.98, at most 1.10x) in its usual mode, 1.84x (1.81-1.91, at least
-# 1.49x) in the slow one, which 38% of the probes hit.
+# A round whose probe ran this much slower on two threads than on one was timed in the
+# slow mode. Measured on the 2-core VM over 1,796 probes in 5 minutes: median 0.96x
+# (p10-p90 0.95-0.98, at most 1.10x) in its usual mode, 1.84x (1.81-1.91, at least 1.49x)
+# in the slow one, which 38% of the probes hit.
 PARALLEL_LIMIT = 1.3
-# The group is flagged when at least this share of its rounds' probes were slow.
+# The only thread count the limit was calibrated for. On more threads a product this small
+# may be slower than on one in any mode (a 64 x 64 product split 16 ways is mostly
+# synchronization), and every round would be flagged; such processes are not probed.
+PROBE_THREADS = 2
+# The group is flagged when at least this share of its probes (one per case per round)
+# were slow.
 PARALLEL_SHARE = 0.25
 
 
@@ -46,7 +52,10 @@ def probe_seconds(threads: int, repeats: int = 3) -> float:
     0.35 ms on one core of the CI VM) on ``threads`` threads."""
     a = torch.ones(64, 64)
     before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+    # torch.set_num_threads also resets MKL's dynamic threading and clears oneDNN's
+    # primitive cache: called only when the count must change.
+    if threads != before:
+        torch.set_num_threads(threads)
     try:
         best = float("inf")
         for _ in range(repeats):
@@ -55,20 +64,24 @@ def probe_seconds(threads: int, repeats: int = 3) -> float:
                 torch.mm(a, a)
             best = min(best, time.perf_counter() - start)
     finally:
-        torch.set_num_threads(before)
+        if threads != before:
+            torch.set_num_threads(before)
     return best
 
 
 @dataclass
 class ParallelProbe:
-    """The probe of one case process: its one-thread time once, then one ratio a round."""
+    """The probe of one case process: its one-thread time once, made before the case is
+    warmed up (switching threads clears caches that warm-up then refills), then one ratio
+    a round on the process's own threads, which switches nothing."""
 
     threads: int
     single_s: float = field(init=False)
 
     def __post_init__(self) -> None:
-        # One thread is the reference: it runs at the same speed in both modes.
-        self.single_s = probe_seconds(1, repeats=5)
+        # One thread is the reference: it runs at the same speed in both modes. Best of 3,
+        # as in the measurement that set PARALLEL_LIMIT (benchmarks/thread_modes.py).
+        self.single_s = probe_seconds(1)
 
     def slowdown(self) -> float:
         """The probe's time on the process's threads over its time on one thread."""
@@ -76,9 +89,10 @@ class ParallelProbe:
 
 
 def parallel_probe() -> ParallelProbe | None:
-    """A probe for this process, or None where it runs on one thread (nothing to see)."""
+    """A probe for this process, or None where it does not run on ``PROBE_THREADS``
+    threads (one thread has nothing to see; more are not calibrated)."""
     threads = torch.get_num_threads()
-    return ParallelProbe(threads) if threads > 1 else None
+    return ParallelProbe(threads) if threads == PROBE_THREADS else None
 
 
 @dataclass(frozen=True)
@@ -132,7 +146,7 @@ class Load:
     steal: int = 0
     busy: int = 0
     own: int = 0
-    # The parallel probe's ratio of each round of each case (none on one thread).
+    # The parallel probe's ratio after each round of each case (none unless on two threads).
     parallel: list[float] = field(default_factory=list)
 
     def add(self, machine: CpuTicks, own: int) -> None:
@@ -164,7 +178,8 @@ class Load:
         slow = [r for r in self.parallel if r > PARALLEL_LIMIT]
         if self.parallel and len(slow) >= PARALLEL_SHARE * len(self.parallel):
             reasons.append(f"parallel regions ran up to {max(slow):.1f}x slower than on one "
-                           f"thread in {len(slow)} of {len(self.parallel)} rounds")
+                           f"thread in {len(slow)} of {len(self.parallel)} probes (one per "
+                           "case per round)")
         return "; ".join(reasons)
 
     def summary(self) -> dict[str, float]:
@@ -173,6 +188,7 @@ class Load:
                    "ticks": self.total, "load_1min": os.getloadavg()[0]}
         if self.parallel:
             summary["parallel_slowdown_max"] = round(max(self.parallel), 3)
+            summary["parallel_probes"] = len(self.parallel)
         return summary
 
 

@@ -12,7 +12,7 @@ own and kept alive; the parent then drives them round by round, in a fresh rando
 each round, so that a slow minute of a shared machine falls on all of them. Each row keeps
 its per-round medians (``round_times_s``) and the group's ``rounds_id``, from which
 ``equibench.paired`` takes ratios round by round. The parent reads the kernel's CPU
-accounting around each timed slot and the case process's parallel probe before each round
+accounting around each timed slot and the case process's parallel probe after each round
 (``machine_load``) and records a disturbed machine in the row.
 """
 
@@ -215,7 +215,6 @@ class _Session:
     first_call_s: float
     row: dict
     reference_dir: str
-    probe: machine_load.ParallelProbe | None = None  # set where a round is probed
 
     def round(self, plan: RoundPlan) -> dict | None:
         """Time one round; a failed call ends the case with the returned row."""
@@ -288,25 +287,38 @@ def _reference(bench: Bench, directory: str) -> dict:
     return reference
 
 
+def _probe(probe: machine_load.ParallelProbe | None) -> float | None:
+    """The round's parallel-probe ratio; None without a probe or when it failed (a
+    diagnostic never costs the case its timings)."""
+    if probe is None:
+        return None
+    try:
+        return probe.slowdown()
+    except RuntimeError:
+        return None
+
+
 def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
     """A case process: prepare the case, then time the rounds the parent asks for.
 
     Messages from the parent: ``("round", plan)`` and ``("finish", rounds_id, disturbed,
     load)``. Replies: ``("ready",)`` once gated and warmed up, ``("round", slowdown)`` after
-    each round (the parallel probe's ratio, None where the case runs on one thread or a
-    GPU), and ``("done", row, whole)`` when the case is over.
+    each round (the parallel probe's ratio, None where the case is not probed), and
+    ``("done", row, whole)`` when the case is over.
     """
     measure = MeasureConfig(**settings_dict["measure"])
     settings = RunSettings(**{**settings_dict, "measure": measure})
-    if settings.threads > 0:
-        torch.set_num_threads(settings.threads)
+    # Always set, even to the default count: torch.set_num_threads also fixes MKL's
+    # dynamic threading, so every case starts from the same state (and the probe's own
+    # switching changes nothing that the first call would not already have seen).
+    torch.set_num_threads(settings.threads if settings.threads > 0 else torch.get_num_threads())
     case = Case.from_dict(case_dict)
     try:
         for module in settings.plugins:
             importlib.import_module(module)
+        # Before the warm-up, which refills what its thread switching cleared.
+        probe = machine_load.parallel_probe() if case.device == "cpu" else None
         row, whole, session = _prepare(case, settings)
-        if session is not None and case.device == "cpu":
-            session.probe = machine_load.parallel_probe()
         reply: tuple = ("ready",)
         while session is not None:
             conn.send(reply)
@@ -314,11 +326,11 @@ def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
             if message[0] == "finish":
                 row, session = session.finish(*message[1:]), None
                 continue
-            # The probe just before the round: the VM's slow mode lasts seconds or longer.
-            slowdown = session.probe.slowdown() if session.probe is not None else None
             if (failed := session.round(RoundPlan(**message[1]))) is not None:
                 row, session = failed, None
-            reply = ("round", slowdown)
+            # Just after the round, whose mode it still sees (the VM's slow mode lasts
+            # seconds or longer), so that the next round starts as idle as the others.
+            reply = ("round", _probe(probe))
     except BaseException as err:  # noqa: BLE001 - report, then exit
         row, whole = {**case.to_dict(), "status": "error",
                       "reason": "".join(traceback.format_exception_only(err)).strip()[:2000]

@@ -170,12 +170,14 @@ def test_implementations_of_a_case_are_timed_in_interleaved_rounds():
     # Timed alone, a case has rounds but no partner.
     alone = run_cases([case("test-log-a", "forward", "float32")], settings, progress=False)
     assert alone["rounds_id"].iloc[0] == "" and len(alone["round_times_s"].iloc[0]) == rounds
-    # On one thread there is no parallel probe; on two, every round is probed.
+    # On one thread there is no parallel probe; on two, every round of every case is.
     assert "parallel_slowdown_max" not in json.loads(frame["extra"].iloc[0])["machine_load"]
     two = run_cases([case(name, "forward", "float32") for name in names[:2]],
                     replace(settings, threads=2), progress=False)
-    assert all(json.loads(extra)["machine_load"]["parallel_slowdown_max"] > 0
-               for extra in two["extra"])
+    assert (two["status"] == "ok").all(), two["reason"].tolist()
+    for extra in two["extra"]:
+        load = json.loads(extra)["machine_load"]
+        assert load["parallel_probes"] == 2 * rounds and load["parallel_slowdown_max"] > 0
 
 
 @pytest.mark.parametrize("direction", ["backward", "double_backward"])
