@@ -115,6 +115,11 @@ class Claim:
                                  f"in {', '.join(SELECTOR_COLUMNS)}")
         if self.quantity == "max_batch" and self.denominator is None:
             raise ValueError(f"claim {self.id}: max_batch is only meaningful as a ratio")
+        if self.denominator is not None and \
+                ("batch" in self.numerator) != ("batch" in self.denominator):
+            # A batch fixed on one side only would pair that batch with every batch of
+            # the other side.
+            raise ValueError(f"claim {self.id}: fix batch on both selectors or on neither")
 
     @property
     def higher_is_better(self) -> bool:
@@ -323,6 +328,16 @@ def _pair_value(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, pair: pd.Serie
     return den_point / point, den_reps / reps
 
 
+def _disturbed_rows(ok: pd.DataFrame, pairs: pd.DataFrame) -> int:
+    """How many distinct rows of ``pairs`` were measured on a disturbed machine: they
+    still count (as in ``compare``), and the claim's note says so."""
+    if "disturbed" not in ok.columns:
+        return 0
+    indices = {*pairs["num_index"], *pairs.get("den_index", [])}
+    flags = ok.loc[sorted(indices), "disturbed"].fillna("").astype(str)
+    return int((flags != "").sum())
+
+
 def _aggregate(ratios: np.ndarray, how: str) -> np.ndarray:
     """Aggregate over the last axis (pairs)."""
     if how == "max":
@@ -379,13 +394,21 @@ def _evaluate_machine(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, group: p
     pair_points, pair_reps = _over_runs(points, reps, run_picks)
     measured = float(_aggregate(pair_points, claim.aggregate))
     low, high = np.percentile(_aggregate(pair_reps.T, claim.aggregate), [2.5, 97.5])
-    note = ""
-    if len(runs) == 1:
-        # One run cannot show how much the next run would move: widen by the spread
-        # measured between runs (never narrower than the rounds' own interval).
+    notes = []
+    if len(runs) == 1 and claim.quantity in ("throughput", "time"):
+        # One run cannot show how much the next run's timings would move: widen by the
+        # spread measured between runs (never narrower than the rounds' own interval).
+        # Memory and batch counts are not timings: that spread says nothing about them.
         low, high = low / run_spread, high * run_spread
-        note = (f"one run: interval widened x/÷ {run_spread:g} for run-to-run spread "
-                "(measured between runs on the CI VM); more runs measure it")
+        notes.append(f"one run: interval widened x/÷ {run_spread:g} for run-to-run spread "
+                     "(measured between runs on the CI VM); more runs measure it")
+    elif len(runs) == 1:
+        notes.append("one run: a single measurement, its run-to-run spread not known")
+    disturbed = _disturbed_rows(ok, group)
+    if disturbed:
+        notes.append(f"{disturbed} of the pairs' rows were measured on a disturbed machine "
+                     "(their `disturbed` column says why)")
+    note = "; ".join(notes)
     match, verdict = _verdict(claim, machine, float(low))
     pair_list = tuple(
         PairResult(num, den, int(np.sum(~np.isnan(points[p]))), float(pair_points[p]),

@@ -68,7 +68,7 @@ def test_packaged_claims_cover_the_reference():
         assert c.source and c.statement and c.hardware and c.claimed > 0
         assert c.measurable or c.reason
     unmeasurable = {(c.id, c.version) for c in loaded if not c.measurable}
-    assert unmeasurable == {("se3t-time-to-train", ""), ("transformer-codesign", "")}
+    assert unmeasurable == {("se3t-time-to-train", "README"), ("transformer-codesign", "")}
     # NVIDIA's AMP figures are float16 autocast with float32 weights.
     max_batch = next(c for c in loaded if c.id == "se3t-max-batch")
     assert max_batch.numerator["precision"] == "amp-float16"
@@ -327,6 +327,31 @@ def test_one_run_is_widened_by_the_run_to_run_spread(frame):
     assert wide.measured == pytest.approx(bare.measured)
 
 
+def test_one_run_of_memory_is_not_widened_by_the_timing_spread():
+    """A memory ratio measured exactly at the claim is reproduced from one run: the
+    run-to-run spread of timings says nothing about bytes."""
+    rows = [{**_two_impl_row("r1", impl, 1.0), "peak_mem_bytes": mem}
+            for impl, mem in (("cuequivariance", 1_000), ("e3nn", 4_300))]
+    claim = _claim(quantity="peak_mem_bytes", claimed=4.3)
+    (found,) = claims.evaluate_claim(claim, results.to_frame(rows))
+    assert found.measured == pytest.approx(4.3) and found.ci_low == pytest.approx(4.3)
+    assert found.verdict == REPRODUCED and "spread not known" in found.note
+    assert "widened" not in found.note
+
+
+def test_disturbed_rows_count_and_the_note_says_so():
+    rows = [_two_impl_row("r1", "cuequivariance", 1.0), _two_impl_row("r1", "e3nn", 2.0)]
+    rows[1]["disturbed"] = "steal 9% of CPU time"
+    (found,) = _evaluate_claim(_claim(), results.to_frame(rows))
+    assert found.measured == pytest.approx(2.0, rel=0.05)
+    assert "1 of the pairs' rows were measured on a disturbed machine" in found.note
+
+
+def test_a_batch_fixed_on_one_side_only_is_refused():
+    with pytest.raises(ValueError, match="fix batch on both selectors or on neither"):
+        _claim(numerator={"level": "tp", "batch": 8}, denominator={"level": "tp"})
+
+
 def _two_impl_row(run: str, impl: str, t: float) -> dict:
     times = [t * f for f in (1.0, 1.02, 0.99, 1.01, 0.98)]
     return dict(run_id=run, level="tp", workload="w", implementation=impl, variant="default",
@@ -366,6 +391,9 @@ def test_every_published_version_of_a_revised_claim_is_checked(frame):
                                                "arXiv v4": 1.3, "README": 1.0}
     assert {v for v, _ in versions["oeq-mace-inference"]} >= {"arXiv v1", "arXiv v4"}
     assert {claimed for _, claimed in versions["se3t-train-memory"]} == {4.7, 9, 43}
+    # 21x is 1780 / 83 mol/s, with AMP; the FP32 figure is 1680 / 83.
+    assert dict(versions["se3t-train-speedup"]) == {'blog, "21x" (the AMP figure)': 21,
+                                                    "blog, FP32 figure": 20.2}
     # The sample's openequivariance is 5x cuequivariance; slowed 2.5x it is 2x: v4's 1.3x and
     # the README's parity hold, v1's 4.5x and the rendering's 4.8x do not.
     slower = frame.copy()
@@ -379,8 +407,11 @@ def test_every_published_version_of_a_revised_claim_is_checked(frame):
     assert "arXiv v4: 1.3x" in row["claimed, by version"]
     assert row["we reproduce"] == "arXiv v4, README"
     assert "arXiv v1: not reproduced on NVIDIA A100" in row["verdict, by version"]
-    # One entry per version: the same id twice with one version is an error.
-    assert "se3t-train-speedup" not in set(moved["claim"])
+    # A claim with one version has no row; NVIDIA's two figures of the 21x claim do.
+    assert "cue-mace-speedup" not in set(moved["claim"])
+    speedup = moved[moved["claim"] == "se3t-train-speedup"].iloc[0]
+    assert speedup["claimed, by version"] == ('blog, "21x" (the AMP figure): 21x; '
+                                              "blog, FP32 figure: 20.2x")
 
 
 def test_a_duplicated_claim_version_is_named(tmp_path):
