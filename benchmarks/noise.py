@@ -71,16 +71,19 @@ def _run(cfg: dict, name: str, out: Path, delay_ms: float) -> pd.DataFrame:
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent),
                                           os.environ.get("PYTHONPATH", "")])}
     equibench = Path(sys.executable).with_name("equibench")
+    tables = []
     for suite in cfg["suites"]:
         start = time.perf_counter()
         table = run_dir / f"{suite['name']}.parquet"
+        tables.append(table)
         subprocess.run([str(equibench), "sweep", "--config", str(cfg_path), "--suite",
                         suite["name"], "--implementation", "all", "--device", "cpu",
                         "--out", str(table), "--quiet"], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         print(f"  run {name}: {suite['name']} in {time.perf_counter() - start:.0f} s",
               flush=True)
-    return results.read(sorted(run_dir.glob("*.parquet")))
+    # Only this call's tables: the folder may hold others from runs with other --suites.
+    return results.read(tables)
 
 
 def _speedups(frame: pd.DataFrame) -> pd.DataFrame:
@@ -108,6 +111,10 @@ def planted_slowdown(frame: pd.DataFrame) -> float:
     rows = frame[(frame["workload"] == PLANTED["workloads"][0])
                  & (frame["batch"] == PLANTED["batches"][0]) & (frame["status"] == "ok")]
     rows = rows.set_index("implementation")
+    if not {"e3nn-slowed", "e3nn"} <= set(rows.index):
+        raise SystemExit(f"the planted case ({PLANTED['workloads'][0]} b="
+                         f"{PLANTED['batches'][0]}) has no ok rows of e3nn and e3nn-slowed: "
+                         "see the run's table for their status and reason")
     slowed, e3nn = rows.loc["e3nn-slowed"], rows.loc["e3nn"]
     _, paired = speedup_samples(slowed, e3nn)
     if not paired:

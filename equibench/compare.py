@@ -150,6 +150,10 @@ def _judge(base: np.ndarray, new: np.ndarray, threshold: float, alpha: float
     ratio's direction). Without two samples a side it cannot speak, and the threshold alone
     decides, as asv does for benchmarks without samples.
     """
+    # Costs are positive: a zero, infinite or NaN sample is a broken measurement, left out.
+    base, new = base[np.isfinite(base) & (base > 0)], new[np.isfinite(new) & (new > 0)]
+    if not base.size or not new.size:
+        return "unchanged", math.nan, math.inf
     worse_by = float(np.median(new) / np.median(base))
     detectable = _detectable(base, new, threshold, alpha)
     if worse_by >= threshold:
@@ -159,7 +163,7 @@ def _judge(base: np.ndarray, new: np.ndarray, threshold: float, alpha: float
     else:
         return "unchanged", math.nan, detectable
     p = _p_value(new, base, side, alpha)
-    if math.isnan(p):
+    if math.isnan(p) and (base.size < 2 or new.size < 2):
         return verdict, p, detectable
     return (verdict if p < alpha else "unchanged"), p, detectable
 
@@ -280,7 +284,9 @@ def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, thr
     differs = np.zeros(len(cross), dtype=bool)
     for col in SAME_MACHINE:
         differs |= (cross[f"{col}_b"] != cross[f"{col}_n"]).to_numpy()
-    cross = cross[differs]
+    # Across machines only paired speedups: a ratio of medians timed apart carries each
+    # machine's drift.
+    cross = cross[differs & (cross["paired_b"] & cross["paired_n"]).to_numpy(dtype=bool)]
     changes = []
     for pairs, where in ((same, ""), (cross, " (across machines)")):
         for _, row in pairs.iterrows():
@@ -321,32 +327,52 @@ def _same_machine_changes(base: pd.DataFrame, new: pd.DataFrame, threshold: floa
     return changes
 
 
+SETTING_COLUMNS = ("threads", "cpu_allocator")
+
+
+def _settings_match(b: pd.Series, n: pd.Series) -> bool:
+    """Whether two rows of one case count as the same measurement setting for their
+    statuses: equal threads and allocator, or either row never timed (its status is a
+    fact about the case, not a measurement) or lacking the setting (rows of cases that
+    ended before their process set it: -1 threads, no allocator)."""
+    if b["status"] not in TIMED_STATUSES or n["status"] not in TIMED_STATUSES:
+        return True
+    for column in SETTING_COLUMNS:
+        vb, vn = b[column], n[column]
+        if vb != vn and not any(pd.isna(v) or v in ("", -1) for v in (vb, vn)):
+            return False
+    return True
+
+
 def _status_changes(base: pd.DataFrame, new: pd.DataFrame) -> list[Change]:
     """Cases whose status got worse or better, and cases of the base missing from new."""
     keys = list(MATCH_COLUMNS)
     b, n = latest(base, keys), latest(new, keys)
-    joined = b.merge(n, on=keys, how="left", suffixes=("_b", "_n"), indicator=True)
-    case_keys = [c for c in keys if c not in ("threads", "cpu_allocator")]
-    new_by_case = {tuple(r[case_keys]): r for _, r in n.iterrows()}
+    case_keys = [c for c in keys if c not in SETTING_COLUMNS]
+    new_by_case: dict[tuple, list[pd.Series]] = {}
+    for _, r in n.iterrows():
+        new_by_case.setdefault(tuple(r[case_keys]), []).append(r)
     changes = []
-    for _, row in joined.iterrows():
-        old = row["status_b"]
-        if row["_merge"] == "left_only":
+    for _, old in b.iterrows():
+        others = new_by_case.get(tuple(old[case_keys]), [])
+        same = [r for r in others if all(r[c] == old[c] for c in SETTING_COLUMNS)]
+        match = (same or [r for r in others if _settings_match(old, r)] or [None])[0]
+        if match is None:
             note = "missing from the new run"
-            other = new_by_case.get(tuple(row[case_keys]))
-            if other is not None:
+            if others:
+                other = others[0]
                 note += (f" (it ran with threads={other['threads']}, cpu_allocator="
                          f"{other['cpu_allocator'] or '-'} instead of threads="
-                         f"{row['threads']}, cpu_allocator={row['cpu_allocator'] or '-'})")
+                         f"{old['threads']}, cpu_allocator={old['cpu_allocator'] or '-'})")
             verdict = "regression"
         else:
-            now = row["status_n"]
-            rank_b, rank_n = STATUS_RANK[old], STATUS_RANK[now]
+            was, now = old["status"], match["status"]
+            rank_b, rank_n = STATUS_RANK[was], STATUS_RANK[now]
             if rank_n == rank_b:
                 continue
             verdict = "regression" if rank_n > rank_b else "improvement"
-            note = f"{old} -> {now}" + (f": {row['reason_n'][:200]}" if row["reason_n"] else "")
-        changes.append(Change(case=case_label(row), metric="status", higher_is_better=True,
+            note = f"{was} -> {now}" + (f": {match['reason'][:200]}" if match["reason"] else "")
+        changes.append(Change(case=case_label(old), metric="status", higher_is_better=True,
                               base=math.nan, new=math.nan, p_value=math.nan, verdict=verdict,
                               note=note))
     return changes

@@ -66,16 +66,21 @@ def test_reference_slowdown_shows_as_improvement_of_the_others(base):
 
 
 def test_ratio_is_compared_across_machines(base):
-    # The new run is on another machine: only the machine-independent ratio is comparable,
-    # and the output says so.
-    cpu = base[base["host"] == "cpu-host"]
-    moved = _slow_down(cpu, "cuequivariance", 1.5).assign(host="other",
-                                                            cpu_model="Intel Xeon")
+    # The new run is on another machine: only the machine-independent paired ratio is
+    # comparable, and the output says so.
+    cpu = _interleaved(0)
+    moved = _interleaved(1, slow={"cuequivariance": 1.5}).assign(host="other",
+                                                                  cpu_model="Intel Xeon")
     changes = [c for c in compare.compare(cpu, moved) if c.metric != "status"]
     assert changes and all(c.metric.endswith("(across machines)") for c in changes)
     assert all(c.metric.startswith("speedup vs ") for c in changes)
     flagged = [c for c in changes if c.verdict == "regression"]
     assert flagged and all(" cuequivariance " in c.case for c in flagged)
+    # Ratios of medians timed apart carry each machine's drift: not compared across them.
+    apart = base[base["host"] == "cpu-host"]
+    other = _slow_down(apart, "cuequivariance", 1.5).assign(host="other",
+                                                            cpu_model="Intel Xeon")
+    assert not [c for c in compare.compare(apart, other) if c.metric != "status"]
 
 
 def test_below_threshold_or_not_significant_is_unchanged(base):
@@ -212,6 +217,38 @@ def test_allocator_and_threads_are_part_of_the_key():
     threads = compare.compare(base, base.assign(threads=1))
     assert {c.metric for c in threads} == {"status"}
     assert all("threads=1" in c.note for c in threads)
+
+
+def test_a_status_is_matched_whatever_settings_a_case_that_never_ran_lacks():
+    """Rows of cases that ended before their process set threads and allocator (an
+    unavailable implementation, a crash, a timeout) carry -1 and no allocator: their
+    status still matches the case, in either direction."""
+    base = _interleaved(0)
+    case = (base["implementation"] == "fused") & (base["direction"] == "forward") & (
+        base["workload"] == "mace-large")
+    never = base.copy()
+    never.loc[case, ["status", "reason", "threads", "cpu_allocator"]] = [
+        "unavailable", "fused needs a compiler", -1, ""]
+    never = results.validate(never)
+    fixed = [c for c in compare.compare(never, base) if c.metric == "status"]
+    assert [(c.verdict, c.fails) for c in fixed] == [("improvement", False)]
+    timed_out = never.copy()
+    timed_out.loc[case, ["status", "reason"]] = ["error", "timed out after 600 s"]
+    broke = [c for c in compare.compare(base, results.validate(timed_out))
+             if c.metric == "status"]
+    assert [(c.verdict, c.note) for c in broke] == [
+        ("regression", "ok -> error: timed out after 600 s")]
+    # Two rows that never ran, on other threads: the same status, nothing to report.
+    assert not [c for c in compare.compare(never, never.assign(threads=1))
+                if c.metric == "status" and not c.note.startswith("missing")
+                and "fused" in c.case]
+
+
+def test_broken_samples_are_left_out_and_a_failed_test_is_not_a_verdict():
+    good = np.array([1.0, 1.02, 0.98, 1.01])
+    verdict, p, _ = compare._judge(good, np.array([2.0, 2.04, np.inf, 0.0, 1.97]), 1.1, 0.05)
+    assert verdict == "regression" and p < 0.05
+    assert compare._judge(good, np.array([np.nan]), 1.1, 0.05)[0] == "unchanged"
 
 
 def test_memory_regression_needs_threshold_and_floor(base):
