@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -416,6 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as err:
         print(f"equibench {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except Exception:  # noqa: BLE001 - a fault of equibench, told apart from a verdict
+        traceback.print_exc()
+        print(f"equibench {args.command}: internal error (traceback above); please report it",
+              file=sys.stderr)
+        return 3
 
 
 def entry() -> None:

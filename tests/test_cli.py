@@ -2,7 +2,9 @@ import subprocess
 import sys
 
 import pytest
+from equibench.dashboards.sample import synthetic_results
 
+from equibench import compare, results
 from equibench.cli import build_parser, main
 
 SUBCOMMANDS = ["run", "sweep", "show", "env", "list", "merge", "dashboard", "config", "probe",
@@ -22,6 +24,18 @@ def test_bad_config_is_a_clear_error(tmp_path, capsys):
     bad.write_text("preset: quick\nthreads: -3\n")
     assert main(["config", str(bad)]) == 2
     assert "threads" in capsys.readouterr().err
+
+
+def test_an_internal_error_exits_3_not_1_which_means_a_regression(monkeypatch, tmp_path,
+                                                                  capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(compare, "compare", broken)
+    table = tmp_path / "t.parquet"
+    results.write_atomic(synthetic_results(seed=0), table)
+    assert main(["compare", str(table), str(table)]) == 3
+    err = capsys.readouterr().err
+    assert "RuntimeError: a bug" in err and "internal error" in err
 
 
 def test_run_show_roundtrip(tmp_path):
