@@ -331,11 +331,8 @@ def _pair_value(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, pair: pd.Serie
 def _disturbed_rows(ok: pd.DataFrame, pairs: pd.DataFrame) -> int:
     """How many distinct rows of ``pairs`` were measured on a disturbed machine: they
     still count (as in ``compare``), and the claim's note says so."""
-    if "disturbed" not in ok.columns:
-        return 0
     indices = {*pairs["num_index"], *pairs.get("den_index", [])}
-    flags = ok.loc[sorted(indices), "disturbed"].fillna("").astype(str)
-    return int((flags != "").sum())
+    return int((ok.loc[sorted(indices), "disturbed"] != "").sum())
 
 
 def _aggregate(ratios: np.ndarray, how: str) -> np.ndarray:

@@ -47,7 +47,7 @@ from scipy.stats import mannwhitneyu, ttest_ind
 
 from equibench.cases import KEY_FIELDS
 from equibench.paired import join_speedups, samples_of, speedup_samples
-from equibench.results import TIMED_STATUSES
+from equibench.results import TIMED_STATUSES, blank_row
 
 KEY_COLUMNS: tuple[str, ...] = KEY_FIELDS
 MATCH_COLUMNS: tuple[str, ...] = (*KEY_FIELDS, "threads", "cpu_allocator")
@@ -328,6 +328,8 @@ def _same_machine_changes(base: pd.DataFrame, new: pd.DataFrame, threshold: floa
 
 
 SETTING_COLUMNS = ("threads", "cpu_allocator")
+# What a row holds where its process never set them: the schema's defaults.
+_UNSET = {c: blank_row()[c] for c in SETTING_COLUMNS}
 
 
 def _settings_match(b: pd.Series, n: pd.Series) -> bool:
@@ -339,7 +341,7 @@ def _settings_match(b: pd.Series, n: pd.Series) -> bool:
         return True
     for column in SETTING_COLUMNS:
         vb, vn = b[column], n[column]
-        if vb != vn and not any(pd.isna(v) or v in ("", -1) for v in (vb, vn)):
+        if vb != vn and _UNSET[column] not in (vb, vn):
             return False
     return True
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -75,7 +76,7 @@ class ParallelProbe:
     warmed up (switching threads clears caches that warm-up then refills), then one ratio
     a round on the process's own threads, which switches nothing."""
 
-    threads: int
+    threads: ClassVar[int] = PROBE_THREADS
     single_s: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -91,8 +92,7 @@ class ParallelProbe:
 def parallel_probe() -> ParallelProbe | None:
     """A probe for this process, or None where it does not run on ``PROBE_THREADS``
     threads (one thread has nothing to see; more are not calibrated)."""
-    threads = torch.get_num_threads()
-    return ParallelProbe(threads) if threads == PROBE_THREADS else None
+    return ParallelProbe() if torch.get_num_threads() == PROBE_THREADS else None
 
 
 @dataclass(frozen=True)

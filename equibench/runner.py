@@ -328,9 +328,10 @@ def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
                 continue
             if (failed := session.round(RoundPlan(**message[1]))) is not None:
                 row, session = failed, None
-            # Just after the round, whose mode it still sees (the VM's slow mode lasts
-            # seconds or longer), so that the next round starts as idle as the others.
-            reply = ("round", _probe(probe))
+            else:
+                # Just after the round, whose mode it still sees (the VM's slow mode lasts
+                # seconds or longer), so that the next round starts as idle as the others.
+                reply = ("round", _probe(probe))
     except BaseException as err:  # noqa: BLE001 - report, then exit
         row, whole = {**case.to_dict(), "status": "error",
                       "reason": "".join(traceback.format_exception_only(err)).strip()[:2000]
