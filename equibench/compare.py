@@ -99,7 +99,7 @@ class Change:
     base: float
     new: float
     p_value: float  # NaN when the metric has no samples to test
-    verdict: str  # regression, improvement, unchanged
+    verdict: str  # regression, improvement, unchanged, not compared
     detectable: float = math.nan  # smallest worse_by its samples could flag
     note: str = ""
     gates: bool = True  # whether a regression of this metric fails the check
@@ -274,7 +274,7 @@ def _notes(row: pd.Series) -> str:
 def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, threshold: float,
                       alpha: float) -> list[Change]:
     b, n = relative(base, reference), relative(new, reference)
-    keys = [*MATCH_COLUMNS, "reference"]
+    keys = list(MATCH_COLUMNS)
     # The same machine when both tables have it; otherwise a case measured on exactly one
     # machine in each table is matched across machines (the ratio does not depend on it).
     same = b.merge(n, on=[*keys, *SAME_MACHINE], suffixes=("_b", "_n"))
@@ -290,12 +290,22 @@ def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, thr
     changes = []
     for pairs, where in ((same, ""), (cross, " (across machines)")):
         for _, row in pairs.iterrows():
+            if row["reference_b"] != row["reference_n"]:
+                # A group that gained or lost its reference (e3nn unavailable -> ok): the
+                # two speedups are over different rows, so they are told, not tested.
+                changes.append(Change(
+                    case=case_label(row),
+                    metric=f"speedup vs {row['reference_b']} -> {row['reference_n']}{where}",
+                    higher_is_better=True, base=row["speedup_b"], new=row["speedup_n"],
+                    p_value=math.nan, verdict="not compared",
+                    note="the group's reference changed between the runs (see its status)"))
+                continue
             # Costs: the inverse speedups (a speedup that shrinks is worse).
             verdict, p, detectable = _judge(1 / np.asarray(row["speedup_samples_b"]),
                                             1 / np.asarray(row["speedup_samples_n"]),
                                             threshold, alpha)
             changes.append(Change(
-                case=case_label(row), metric=f"speedup vs {row['reference']}{where}",
+                case=case_label(row), metric=f"speedup vs {row['reference_b']}{where}",
                 higher_is_better=True, base=row["speedup_b"], new=row["speedup_n"],
                 p_value=p, verdict=verdict, detectable=detectable, note=_notes(row)))
     return changes
@@ -415,14 +425,15 @@ def markdown(changes: Iterable[Change], show_all: bool = False) -> str:
     with each change's noise floor, then a summary of the floors."""
     changes = list(changes)
     shown = [c for c in changes if show_all or c.verdict != "unchanged"]
-    order = {"regression": 0, "improvement": 1, "unchanged": 2}
+    order = {"regression": 0, "improvement": 1, "not compared": 2, "unchanged": 3}
     shown.sort(key=lambda c: (order[c.verdict], not c.gates, -_sortable(c.worse_by)))
     lines = ["| case | metric | base | new | worse by | p | detectable | result | note |",
              "|---|---|---|---|---|---|---|---|---|"]
     for c in shown:
         better = "" if c.metric == "status" else (
             " (higher is better)" if c.higher_is_better else " (lower is better)")
-        result = c.verdict if c.gates or c.verdict == "unchanged" else f"{c.verdict} (report)"
+        told = c.gates or c.verdict in ("unchanged", "not compared")
+        result = c.verdict if told else f"{c.verdict} (report)"
         cells = [c.case, f"{c.metric}{better}", _fmt(c.base), _fmt(c.new),
                  f"{_fmt(c.worse_by)}x", _fmt(c.p_value), f"{_fmt(c.detectable)}x", result,
                  c.note]
@@ -432,6 +443,8 @@ def markdown(changes: Iterable[Change], show_all: bool = False) -> str:
     summary = (f"{len(changes)} comparisons: {counts['regression'] - reported} regression(s), "
                f"{reported} reported only, {counts['improvement']} improvement(s), "
                f"{counts['unchanged']} unchanged")
+    if counts["not compared"]:
+        summary += f", {counts['not compared']} not compared (reference changed)"
     floors = _floor_summary(changes)
     if len(shown) == 0:
         return summary + floors

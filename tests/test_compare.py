@@ -206,6 +206,25 @@ def test_status_change_and_missing_case_are_regressions():
     assert [c.verdict for c in back if c.metric == "status"] == ["improvement"]
 
 
+def test_a_group_whose_reference_changed_tells_its_speedups_apart():
+    """e3nn unavailable in the base (the others compared with cuequivariance, the first by
+    name), ok in the new run (compared with e3nn): their speedups are over different rows,
+    so they are listed as not compared, and nothing fails."""
+    base = _interleaved(0)
+    e3nn = base["implementation"] == "e3nn"
+    without = base.copy()
+    without.loc[e3nn, ["status", "reason"]] = ["unavailable", "e3nn not installed"]
+    changes = compare.compare(results.validate(without), base)
+    assert not [c for c in changes if c.fails]
+    moved = [c for c in changes if c.verdict == "not compared"]
+    # fused in both workloads and directions; cuequivariance was the reference before.
+    assert len(moved) == 4 and all(" fused " in c.case for c in moved)
+    assert {c.metric for c in moved} == {"speedup vs cuequivariance -> e3nn"}
+    assert all("reference changed" in c.note for c in moved)
+    assert [c.verdict for c in changes if c.metric == "status"] == ["improvement"] * 4
+    assert "4 not compared (reference changed)" in compare.markdown(changes)
+
+
 def test_allocator_and_threads_are_part_of_the_key():
     base = _interleaved(0)
     other = base.assign(cpu_allocator="system")
