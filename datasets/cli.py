@@ -98,7 +98,8 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    """``datasets prepare``: exit status 0, or 1 with a message when a download fails."""
+    """``datasets prepare``: exit status 0; 1 with a message when a download fails (offline,
+    bad checksum); 2 on bad input (an unknown source), as for every equibench command."""
     start = time.perf_counter()
     print(f"preparing {args.name} ...", file=sys.stderr)
     try:
@@ -109,9 +110,12 @@ def run_prepare(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             **_options(args),
         )
-    except (DownloadError, ValueError) as err:  # offline, bad checksum, unknown source
+    except DownloadError as err:  # offline, bad checksum
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except ValueError as err:  # unknown source, bad option
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     summary = describe(dataset)
     print(
         f"{args.name}: {summary['n_structures']} structures from {summary['source']} "

@@ -198,13 +198,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     for clause in args.where or []:
         key, _, value = clause.partition("=")
         if key not in frame.columns:
-            raise SystemExit(f"--where: no column {key!r}; columns: {', '.join(frame.columns)}")
+            raise ValueError(f"--where: no column {key!r}; columns: {', '.join(frame.columns)}")
         frame = frame[frame[key].astype(str) == value]
     if args.columns:
         cols = _csv(args.columns)
         unknown = [c for c in cols if c not in frame.columns]
         if unknown:
-            raise SystemExit(f"--columns: no column(s) {unknown}")
+            raise ValueError(f"--columns: no column(s) {unknown}; columns: "
+                             f"{', '.join(frame.columns)}")
         print(frame[cols].to_string(index=False))
     else:
         _print_table(frame)

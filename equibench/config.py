@@ -95,8 +95,14 @@ def resolve(config: Mapping) -> dict:
 
 
 def load(path: str | Path) -> dict:
-    """Load a resolved-or-not configuration file and resolve it."""
-    return resolve(yaml.safe_load(Path(path).read_text()) or {})
+    """Load a resolved-or-not configuration file and resolve it. A preset's own file
+    (``workflows/config/full.yaml``) resolves as that preset, as ``--config preset=full``
+    does, not merged over the default preset."""
+    path = Path(path)
+    config = yaml.safe_load(path.read_text()) or {}
+    if "preset" not in config and path.resolve().parent == CONFIG_DIR.resolve():
+        config["preset"] = path.stem
+    return resolve(config)
 
 
 def config_hash(config: Mapping) -> str:

@@ -26,6 +26,15 @@ def test_bad_config_is_a_clear_error(tmp_path, capsys):
     assert "threads" in capsys.readouterr().err
 
 
+def test_an_unknown_column_is_bad_input(tmp_path, capsys):
+    table = tmp_path / "t.parquet"
+    results.write_atomic(synthetic_results(seed=0), table)
+    assert main(["show", str(table), "--where", "colour=red"]) == 2
+    assert "no column 'colour'" in capsys.readouterr().err
+    assert main(["show", str(table), "--columns", "workload,colour"]) == 2
+    assert "['colour']" in capsys.readouterr().err
+
+
 def test_an_internal_error_exits_3_not_1_which_means_a_regression(monkeypatch, tmp_path,
                                                                   capsys):
     def broken(*args, **kwargs):

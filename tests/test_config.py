@@ -10,6 +10,14 @@ def test_presets_validate():
         assert list(config.jobs({**cfg, "device": "cpu"}))
 
 
+def test_a_preset_file_resolves_as_that_preset():
+    """`equibench config workflows/config/full.yaml` shows what `--config preset=full` runs,
+    not full.yaml merged over the default preset."""
+    for preset in ("quick", "full", "claims"):
+        assert config.load(config.CONFIG_DIR / f"{preset}.yaml") == config.resolve(
+            {"preset": preset})
+
+
 def test_unknown_key_is_named():
     with pytest.raises(config.ConfigError, match="bogus"):
         config.resolve({"preset": "quick", "bogus": 1})

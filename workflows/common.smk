@@ -54,7 +54,7 @@ def configured_datasets(cfg):
 
 
 def _source_flag(wildcards):
-    source = _dataset_entries(config).get(wildcards.name)
+    source = _dataset_entries(CFG).get(wildcards.name)
     return f"--source {source}" if source else ""
 
 

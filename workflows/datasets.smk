@@ -39,4 +39,4 @@ rule prepare_dataset:
 rule datasets:
     """Prepare every dataset the configured benchmarks need."""
     input:
-        [prepared_dataset(name) for name in configured_datasets(config)],
+        [prepared_dataset(name) for name in configured_datasets(CFG)],

@@ -96,6 +96,9 @@ def test_cli_reports_offline_download_errors(data_dir, capsys, monkeypatch):
     monkeypatch.setattr("equibench.datasets.qm9.download", offline)
     assert cli.main(["datasets", "prepare", "qm9", "--source", "figshare", "--quiet"]) == 1
     assert "Offline alternative" in capsys.readouterr().err
+    # A source that does not exist is bad input: exit 2, as for every equibench command.
+    assert cli.main(["datasets", "prepare", "qm9", "--source", "nowhere", "--quiet"]) == 2
+    assert "nowhere" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not SNAKEMAKE.exists(), reason="snakemake not installed beside python")
