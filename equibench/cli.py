@@ -148,7 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     frame = run_cases(cases, _settings(args, workloads=defined,
                                        scaling_limit_s=args.scaling_limit or 0.0),
-                      args.out, progress=not args.quiet)
+                      args.out, progress=not args.quiet,
+                      on_row=_log_row if args.quiet else None)
     _print_table(frame)
     return 0
 
@@ -338,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the result table (parquet) here")
     p.add_argument("--plugin", action="append", metavar="MODULE",
                    help="import MODULE first (an implementation kept outside this tree)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar: a line per finished case (for logs)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("sweep", help="run one job of a workflow configuration (Snakemake "

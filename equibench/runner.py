@@ -18,17 +18,20 @@ accounting around each timed slot and the case process's parallel probe after ea
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import importlib
 import math
+import multiprocessing
 import random
 import signal
+import sys
 import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -477,10 +480,60 @@ def _run_cases(cases: list[Case], settings: RunSettings, out_path: str | Path | 
     groups: dict[tuple, list[Case]] = {}
     for case in cases:
         groups.setdefault(comparison_key(case), []).append(case)
-    rows = []
+    rows: list[dict] = []
     unavailable: dict[tuple[str, ...], dict] = {}
     bar = tqdm(total=len(cases), desc="cases", unit="case", disable=not progress,
                dynamic_ncols=True)
+    with _keeping_finished_rows_on_sigterm(rows, len(cases), out_path):
+        _run_groups(groups, settings, ctx, envs, growth, unavailable, rows, on_row, bar)
+    bar.close()
+    frame = results.to_frame(rows)
+    if out_path is not None:
+        results.write_atomic(frame, out_path)
+    return frame
+
+
+class Terminated(BaseException):
+    """SIGTERM reached the process running the cases (a timeout, a scheduler's kill); a
+    BaseException, so that no handler of a case's errors records it as one."""
+
+
+@contextlib.contextmanager
+def _keeping_finished_rows_on_sigterm(rows: list[dict], n_cases: int,
+                                      out_path: str | Path | None) -> Iterator[None]:
+    """A run killed from outside (``timeout``, a scheduler) still leaves the rows of the
+    groups that finished, written whole: SIGTERM stops the run between or inside a group
+    (that group's rows are lost), the table of what finished is written atomically, and the
+    process exits 143 as a terminated one would. Outside the main thread, a no-op."""
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: signals are not ours to take
+        yield
+        return
+    try:
+        yield
+    except Terminated:
+        for process in multiprocessing.active_children():  # else exit would wait on them
+            process.kill()
+        where = "nothing written"
+        if out_path is not None and rows:
+            results.write_atomic(results.to_frame(rows), out_path)
+            where = f"their rows written to {out_path}"
+        print(f"equibench: terminated (SIGTERM) after {len(rows)} of {n_cases} cases; "
+              f"{where}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGTERM) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_groups(groups: dict[tuple, list[Case]], settings: RunSettings, ctx: Any,
+                envs: dict[str, dict], growth: scaling.Growth | None,
+                unavailable: dict[tuple[str, ...], dict], rows: list[dict],
+                on_row: Callable[[dict], None] | None, bar: tqdm) -> None:
+    """Run each comparison group's cases in interleaved rounds, appending their rows."""
     for (level, workload, direction, precision, batch, device), group in groups.items():
         bar.set_postfix_str(f"{len(group)} interleaved: {level} {workload} {direction} "
                             f"{precision} b={batch} {device}")
@@ -499,8 +552,3 @@ def _run_cases(cases: list[Case], settings: RunSettings, out_path: str | Path | 
             if on_row:
                 on_row(row)
             bar.update()
-    bar.close()
-    frame = results.to_frame(rows)
-    if out_path is not None:
-        results.write_atomic(frame, out_path)
-    return frame

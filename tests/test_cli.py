@@ -1,3 +1,4 @@
+import signal
 import subprocess
 import sys
 
@@ -56,6 +57,28 @@ def test_run_show_roundtrip(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "equibench.cli", "show", str(out)],
                            check=True, capture_output=True, text=True, timeout=120)
     assert "2 rows: ok 2" in shown.stdout
+
+
+def test_a_terminated_run_keeps_the_groups_that_finished(tmp_path):
+    """SIGTERM (a timeout's, a scheduler's) after the first of two groups: that group's
+    row is written, whole, and the run exits 143."""
+    out = tmp_path / "r.parquet"
+    cmd = [sys.executable, "-m", "equibench.cli", "run", "--workload", "nequip-water",
+           "--implementation", "e3nn", "--precision", "float32,float64", "--batch", "8",
+           "--budget", "0.1", "--threads", "1", "--quiet", "--out", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("[ok]"):
+                proc.send_signal(signal.SIGTERM)
+                break
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert "terminated (SIGTERM) after 1 of 2 cases" in err
+    table = results.read(out)
+    assert len(table) == 1 and table["status"].tolist() == ["ok"]
 
 
 def test_list_names_model_families_and_md_structures(capsys):
