@@ -1,4 +1,4 @@
-"""``equibench datasets prepare|info``: the command-line face of :mod:`equibench.datasets`.
+"""``equibench datasets prepare|info|subset``: the command-line face of :mod:`equibench.datasets`.
 
 ``equibench.cli`` calls :func:`add_parser` with its subparsers; each leaf command sets
 ``func`` (``args.func(args)`` runs it and returns the exit status). For use without
@@ -11,10 +11,11 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from .download import DownloadError
-from .registry import DATASETS, describe, info, prepare
+from .registry import DATASETS, describe, info, prepare, write_subset
 
 EPILOG = (
     "datasets (sources, the first is the default):\n"
@@ -79,6 +80,25 @@ def add_parser(subparsers: Any) -> None:
     show.add_argument("--json", action="store_true", help="print the summary as JSON")
     show.set_defaults(func=run_info)
 
+    part = commands.add_parser(
+        "subset",
+        help="write a random part of a prepared dataset, compressed, to carry elsewhere",
+        description="Write a seeded random choice of a prepared dataset's structures, "
+        "compressed, to FILE: place it as prepared/<NAME>.npz under a machine's "
+        "$EQUIBENCH_DATA_DIR where the dataset cannot be prepared (scripts/gpu_bundle.sh). "
+        "Its metadata records that it is a subset; `datasets info` shows it.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    part.add_argument(
+        "name", metavar="NAME", choices=sorted(DATASETS), help=f"dataset: {', '.join(DATASETS)}"
+    )
+    part.add_argument("--structures", type=int, required=True, metavar="N",
+                      help="how many structures to keep")
+    part.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    part.add_argument("--out", type=Path, required=True, metavar="FILE", help="file to write")
+    part.set_defaults(func=run_subset)
+
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     """Dataset-specific options from the command line (only those that were given)."""
@@ -142,6 +162,8 @@ def _format(summary: dict[str, Any]) -> str:
         "units           " + ", ".join(f"{k}: {v}" for k, v in summary["units"].items()),
         f"file            {summary['prepared_file']} ({summary['prepared_bytes']} bytes)",
     ]
+    if "subset" in summary:
+        lines.insert(2, f"SUBSET          {summary['subset']['note']}")
     return "\n".join(lines)
 
 
@@ -153,6 +175,18 @@ def run_info(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(json.dumps(summary, indent=2, ensure_ascii=False) if args.json else _format(summary))
+    return 0
+
+
+def run_subset(args: argparse.Namespace) -> int:
+    """``datasets subset``: exit status 0, or 2 on a size out of range."""
+    try:
+        part = write_subset(args.name, args.structures, args.seed, args.out)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.name}: {part.metadata['subset']['note']} -> {args.out} "
+          f"({args.out.stat().st_size / 2**20:.1f} MiB)", file=sys.stderr)
     return 0
 
 

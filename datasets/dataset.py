@@ -10,7 +10,7 @@ import numpy as np
 
 from .batching import BatchArrays, BatchPlan, GraphBatch, assemble_batch, plan_batches
 from .graphs import GRAPH_KINDS, Graph, bond_graph, full_graph, limit_neighbors, radius_graph
-from .prepared import PreparedData
+from .prepared import PreparedData, ranges
 
 if TYPE_CHECKING:
     import torch
@@ -45,12 +45,6 @@ class Structure:
         if "tags" in self.node_attrs:
             atoms.set_tags(self.node_attrs["tags"])
         return atoms
-
-
-def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + c)`` for each pair, without a Python loop."""
-    offsets = np.cumsum(counts) - counts
-    return np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
 
 
 class Dataset:
@@ -173,13 +167,13 @@ class Dataset:
         d, g = self.data, self.data.graph
         assert g is not None
         n_e = (g.edge_ptr[idx + 1] - g.edge_ptr[idx]).astype(np.int64)
-        edges = _ranges(g.edge_ptr[idx], n_e)
+        edges = ranges(g.edge_ptr[idx], n_e)
         n_a = np.diff(d.atom_ptr)[idx]
         first_node = np.repeat(np.cumsum(n_a) - n_a, n_e)
         edge_graph = np.repeat(np.arange(idx.shape[0]), n_e)
         src = g.src[edges].astype(np.int64) + first_node
         dst = g.dst[edges].astype(np.int64) + first_node
-        pos = d.pos[_ranges(d.atom_ptr[idx], n_a)].astype(np.float64)
+        pos = d.pos[ranges(d.atom_ptr[idx], n_a)].astype(np.float64)
         if g.cell_shift is not None and d.cell is not None:
             cell_shift = g.cell_shift[edges].astype(np.int64)
             shift = np.einsum("ej,ejk->ek", cell_shift, d.cell[idx][edge_graph])
@@ -236,7 +230,7 @@ class Dataset:
             raise IndexError(f"structure indices out of range for {len(self)} structures")
         idx = idx % len(self)
         n_a = np.diff(d.atom_ptr)[idx]
-        atoms = _ranges(d.atom_ptr[idx], n_a)
+        atoms = ranges(d.atom_ptr[idx], n_a)
         if graph == "radius" and self._stored_graph_usable(cutoff, max_neighbors):
             src, dst, vec, shift, _, _ = self._stored_edges(idx, cutoff, max_neighbors)
             edge_attr = None

@@ -78,8 +78,42 @@ class PreparedData:
     def n_structures(self) -> int:
         return int(self.atom_ptr.shape[0] - 1)
 
-    def save(self, path: Path) -> None:
-        """Write atomically to ``path`` (uncompressed, so loading is a plain read)."""
+    def subset(self, indices: np.ndarray, note: str) -> PreparedData:
+        """The structures ``indices`` (in that order) with everything stored about them;
+        ``metadata["subset"]`` records ``note`` and the counts, so that a file holding
+        part of a dataset always says so."""
+        idx = np.asarray(indices, dtype=np.int64)
+        n_atoms = np.diff(self.atom_ptr)[idx]
+        atoms = ranges(self.atom_ptr[idx], n_atoms)
+
+        def ptr(counts: np.ndarray) -> np.ndarray:
+            return np.concatenate([[0], np.cumsum(counts)]).astype(self.atom_ptr.dtype)
+
+        graph = None
+        if self.graph is not None:
+            g = self.graph
+            n_stored = np.diff(g.edge_ptr)[idx]
+            edges = ranges(g.edge_ptr[idx], n_stored)
+            graph = StoredGraph(g.cutoff, g.max_neighbors,
+                                ptr(n_stored).astype(g.edge_ptr.dtype), g.src[edges],
+                                g.dst[edges],
+                                None if g.cell_shift is None else g.cell_shift[edges])
+        metadata = {**self.metadata, "subset": {
+            "note": note, "n_structures": int(idx.size), "of": self.n_structures}}
+        return PreparedData(
+            metadata=metadata, numbers=self.numbers[atoms], pos=self.pos[atoms],
+            atom_ptr=ptr(n_atoms), n_edges=self.n_edges[idx],
+            cell=None if self.cell is None else self.cell[idx],
+            pbc=None if self.pbc is None else self.pbc[idx],
+            targets={k: v[idx] for k, v in self.targets.items()},
+            node_targets={k: v[atoms] for k, v in self.node_targets.items()},
+            node_attrs={k: v[atoms] for k, v in self.node_attrs.items()},
+            structure_attrs={k: v[idx] for k, v in self.structure_attrs.items()},
+            graph=graph)
+
+    def save(self, path: Path, compressed: bool = False) -> None:
+        """Write atomically to ``path``: uncompressed by default, so loading is a plain
+        read; ``compressed`` for a file that has to travel (``np.load`` reads both)."""
         arrays: dict[str, np.ndarray] = {
             "metadata": np.frombuffer(json.dumps(self.metadata).encode(), dtype=np.uint8),
             "numbers": self.numbers,
@@ -104,7 +138,7 @@ class PreparedData:
             if self.graph.cell_shift is not None:
                 arrays["graph/cell_shift"] = self.graph.cell_shift
         with atomic_write(path) as handle:
-            np.savez(handle, **arrays)
+            (np.savez_compressed if compressed else np.savez)(handle, **arrays)
 
     @classmethod
     def load(cls, path: Path) -> PreparedData:
@@ -146,6 +180,12 @@ class PreparedData:
             structure_attrs=group("structure_attr"),
             graph=graph,
         )
+
+
+def ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + c)`` for each pair, without a Python loop."""
+    offsets = np.cumsum(counts) - counts
+    return np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()))
 
 
 def smallest_uint(max_value: int) -> type[np.unsignedinteger]:

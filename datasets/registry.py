@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -152,9 +153,28 @@ def describe(dataset: Dataset) -> dict[str, Any]:
         prepared_file=str(path),
         prepared_bytes=path.stat().st_size if path.exists() else None,
     )
+    if "subset" in meta:
+        summary["subset"] = meta["subset"]
     extra = ("targets", "subsets", "max_frames", "n_requested", "seed", "tags")
     summary["details"] = {key: meta[key] for key in extra if key in meta}
     return summary
+
+
+def write_subset(name: str, n_structures: int, seed: int, out: Path) -> Dataset:
+    """A random ``n_structures`` of the prepared ``name`` (seeded, in their original order),
+    compressed into ``out``: a copy small enough to carry to a machine that cannot prepare
+    the dataset (the GPU machine has no network and no room for qm9pack). Rows measured on
+    it sample batches from the subset; its metadata and ``datasets info`` say so."""
+    dataset = load(name)
+    if not 0 < n_structures <= len(dataset):
+        raise ValueError(f"--structures must be in 1..{len(dataset)} for {name}, "
+                         f"got {n_structures}")
+    picked = np.sort(np.random.default_rng(seed).choice(len(dataset), n_structures,
+                                                        replace=False))
+    part = dataset.data.subset(picked, f"random {n_structures} of {len(dataset)} "
+                                       f"structures, seed {seed}")
+    part.save(out, compressed=True)
+    return Dataset(part)
 
 
 def info(name: str) -> dict[str, Any]:

@@ -58,6 +58,37 @@ def test_prepare_load_and_info(data_dir):
     assert summary["units"]["forces"] == "eV/Å"
 
 
+def test_a_subset_keeps_its_structures_whole_and_says_it_is_one(data_dir, tmp_path, capsys,
+                                                                monkeypatch):
+    full = datasets.prepare("oc20-like", n_structures=12, seed=1)
+    out = tmp_path / "carried" / "prepared" / "oc20-like.npz"
+    assert cli.main(["datasets", "subset", "oc20-like", "--structures", "5", "--seed", "3",
+                     "--out", str(out)]) == 0
+    assert "random 5 of 12 structures, seed 3" in capsys.readouterr().err
+    monkeypatch.setenv("EQUIBENCH_DATA_DIR", str(out.parents[1]))
+    part = datasets.load("oc20-like")  # read where the subset was placed, never re-prepared
+    assert len(part) == 5 and part.metadata["subset"]["of"] == 12
+    picked = part.data.structure_attrs["sid"]
+    rows = [int(np.flatnonzero(full.data.structure_attrs["sid"] == sid)[0]) for sid in picked]
+    assert rows == sorted(rows)
+    for i, j in enumerate(rows):
+        a, b = part.structure(i), full.structure(j)
+        assert np.array_equal(a.pos, b.pos) and np.array_equal(a.numbers, b.numbers)
+        assert np.array_equal(a.targets["forces"], b.targets["forces"])
+        assert np.array_equal(a.cell, b.cell)
+        assert part.data.n_edges[i] == full.data.n_edges[j]
+        # The stored radius graph travels with its structure.
+        ga, gb = part.graph(i, kind="radius", cutoff=6.0), full.graph(j, kind="radius",
+                                                                      cutoff=6.0)
+        for field in ("edge_src", "edge_dst", "cell_shift"):
+            assert np.array_equal(getattr(ga, field), getattr(gb, field))
+    assert cli.main(["datasets", "info", "oc20-like"]) == 0
+    assert "SUBSET          random 5 of 12" in capsys.readouterr().out
+    assert cli.main(["datasets", "subset", "oc20-like", "--structures", "13",
+                     "--out", str(tmp_path / "x.npz")]) == 2
+    assert "1..5" in capsys.readouterr().err
+
+
 def test_unknown_names_and_sources_are_refused(data_dir):
     with pytest.raises(ValueError, match="known"):
         datasets.load("md17")
