@@ -19,8 +19,9 @@ def _runs() -> list[list[str]]:
     """The arguments of every ``run NAME ...`` line, its shell variables substituted."""
     text = SCRIPT.read_text().replace("\\\n", " ")
     variables = dict(re.findall(r"^(\w+)=(\S+)$", text, re.MULTILINE))
+    text = re.sub(r"\$\(b (\d+)\)", r"\1", text)  # the batch, as outside SMOKE mode
     runs = []
-    for match in re.finditer(r"\brun [\w-]+ (--level [^;\n]*)", text):
+    for match in re.finditer(r"\brun [\w-]+ \d+ (--level [^;\n]*)", text):
         line = re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], match.group(1))
         runs.append(shlex.split(line))
     return runs
