@@ -179,9 +179,13 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 def run_subset(args: argparse.Namespace) -> int:
-    """``datasets subset``: exit status 0, or 2 on a size out of range."""
+    """``datasets subset``: exit status 0; 1 when the dataset must be downloaded first and
+    cannot be; 2 on a size out of range or an --out that is the cache's own file."""
     try:
         part = write_subset(args.name, args.structures, args.seed, args.out)
+    except DownloadError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -83,6 +83,8 @@ class PreparedData:
         ``metadata["subset"]`` records ``note`` and the counts, so that a file holding
         part of a dataset always says so."""
         idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and not (0 <= idx.min() and idx.max() < self.n_structures):
+            raise ValueError(f"structure indices must lie in 0..{self.n_structures - 1}")
         n_atoms = np.diff(self.atom_ptr)[idx]
         atoms = ranges(self.atom_ptr[idx], n_atoms)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .cache import prepared_path
+from .cache import data_dir, prepared_path
 from .dataset import Dataset
 from .prepared import PreparedData
 
@@ -165,6 +166,9 @@ def write_subset(name: str, n_structures: int, seed: int, out: Path) -> Dataset:
     compressed into ``out``: a copy small enough to carry to a machine that cannot prepare
     the dataset (the GPU machine has no network and no room for qm9pack). Rows measured on
     it sample batches from the subset; its metadata and ``datasets info`` say so."""
+    if Path(out).resolve() == prepared_path(name).resolve():
+        raise ValueError(f"--out is this machine's own prepared {name}: a part written there "
+                         f"would stand in for the whole dataset here; write it elsewhere")
     dataset = load(name)
     if not 0 < n_structures <= len(dataset):
         raise ValueError(f"--structures must be in 1..{len(dataset)} for {name}, "
@@ -175,6 +179,21 @@ def write_subset(name: str, n_structures: int, seed: int, out: Path) -> Dataset:
                                        f"structures, seed {seed}")
     part.save(out, compressed=True)
     return Dataset(part)
+
+
+def cached_subsets() -> dict[str, str]:
+    """``{name: note}`` of every prepared file in the data cache that holds only part of its
+    dataset (:func:`write_subset`); reads each file's metadata, not its arrays."""
+    found = {}
+    for path in sorted((data_dir() / "prepared").glob("*.npz")):
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                metadata = json.loads(npz["metadata"].tobytes().decode())
+        except (OSError, ValueError, KeyError):
+            continue  # not a prepared file of ours; loading it would say why
+        if "subset" in metadata:
+            found[path.stem] = metadata["subset"]["note"]
+    return found
 
 
 def info(name: str) -> dict[str, Any]:

@@ -27,8 +27,9 @@ def _csv(text: str) -> list[str]:
 
 
 def _ints(text: str) -> list[int]:
+    """Comma-separated integers, each once (a repeated batch would time one case twice)."""
     try:
-        return [int(t) for t in _csv(text)]
+        return list(dict.fromkeys(int(t) for t in _csv(text)))
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"

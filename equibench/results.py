@@ -226,7 +226,11 @@ def read(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
 
 
 def extra(row: Mapping) -> dict:
-    return json.loads(row["extra"]) if row.get("extra") else {}
+    """A row's ``extra`` as a dict, whether still a dict (before ``to_frame``) or JSON."""
+    value = row.get("extra")
+    if isinstance(value, Mapping):
+        return dict(value)
+    return json.loads(value) if value else {}
 
 
 def code_path(extra_json: str) -> dict[str, str]:

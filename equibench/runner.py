@@ -516,6 +516,8 @@ def _keeping_finished_rows_on_sigterm(rows: list[dict], n_cases: int,
     try:
         yield
     except Terminated:
+        # `timeout` signals the process, then its group; a scheduler may repeat itself.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for process in multiprocessing.active_children():  # else exit would wait on them
             process.kill()
         where = "nothing written"
@@ -526,20 +528,27 @@ def _keeping_finished_rows_on_sigterm(rows: list[dict], n_cases: int,
               f"{where}", file=sys.stderr, flush=True)
         raise SystemExit(128 + signal.SIGTERM) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # None: a handler installed from C, which Python cannot put back.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def _run_groups(groups: dict[tuple, list[Case]], settings: RunSettings, ctx: Any,
                 envs: dict[str, dict], growth: scaling.Growth | None,
                 unavailable: dict[tuple[str, ...], dict], rows: list[dict],
                 on_row: Callable[[dict], None] | None, bar: tqdm) -> None:
-    """Run each comparison group's cases in interleaved rounds, appending their rows."""
+    """Run each comparison group's cases in interleaved rounds, appending their rows. Where
+    the data cache holds a part of a dataset (``equibench datasets subset``), every row says
+    so in ``extra.data_subsets``: its molecules were sampled from that part."""
+    from equibench.datasets.registry import cached_subsets
+
+    subsets = cached_subsets()
     for (level, workload, direction, precision, batch, device), group in groups.items():
         bar.set_postfix_str(f"{len(group)} interleaved: {level} {workload} {direction} "
                             f"{precision} b={batch} {device}")
         skipped = [growth.skipped(c) for c in group] if growth else [None] * len(group)
         running = [c for c, row in zip(group, skipped, strict=True) if row is None]
         ran = iter(_run_group(running, settings, ctx, unavailable) if running else [])
+        done = []
         for case, row in zip(group, skipped, strict=True):
             if row is None:
                 row = next(ran)
@@ -548,7 +557,11 @@ def _run_groups(groups: dict[tuple, list[Case]], settings: RunSettings, ctx: Any
             row.update(envs[row["device"]], run_id=settings.run_id,
                        config_hash=settings.config_hash,
                        timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
-            rows.append(row)
+            if subsets:
+                row["extra"] = {**results.extra(row), "data_subsets": subsets}
+            done.append(row)
+        rows.extend(done)  # a group's rows at once: a SIGTERM keeps whole groups only
+        for row in done:
             if on_row:
                 on_row(row)
             bar.update()

@@ -1,7 +1,9 @@
+import os
 import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from equibench.dashboards.sample import synthetic_results
 
@@ -60,17 +62,26 @@ def test_run_show_roundtrip(tmp_path):
 
 
 def test_a_terminated_run_keeps_the_groups_that_finished(tmp_path):
-    """SIGTERM (a timeout's, a scheduler's) after the first of two groups: that group's
-    row is written, whole, and the run exits 143."""
+    """SIGTERM to the whole process group, as `timeout` sends it, after the first of two
+    groups: that group's row is written, whole, and the run exits 143. A data cache that
+    holds a part of a dataset is named in every row."""
+    from equibench.datasets.prepared import PreparedData
+
+    part = PreparedData(metadata={"subset": {"note": "random 3 of 9 structures, seed 0"}},
+                        numbers=np.ones(1, np.uint8), pos=np.zeros((1, 3)),
+                        atom_ptr=np.array([0, 1]), n_edges=np.zeros(1, np.int32))
+    part.save(tmp_path / "data" / "prepared" / "qm9.npz", compressed=True)
     out = tmp_path / "r.parquet"
     cmd = [sys.executable, "-m", "equibench.cli", "run", "--workload", "nequip-water",
            "--implementation", "e3nn", "--precision", "float32,float64", "--batch", "8",
            "--budget", "0.1", "--threads", "1", "--quiet", "--out", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True,
+                            env={**os.environ, "EQUIBENCH_DATA_DIR": str(tmp_path / "data")})
     try:
         for line in proc.stdout:
             if line.startswith("[ok]"):
-                proc.send_signal(signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGTERM)
                 break
         _, err = proc.communicate(timeout=120)
     finally:
@@ -79,6 +90,8 @@ def test_a_terminated_run_keeps_the_groups_that_finished(tmp_path):
     assert "terminated (SIGTERM) after 1 of 2 cases" in err
     table = results.read(out)
     assert len(table) == 1 and table["status"].tolist() == ["ok"]
+    assert results.extra(table.iloc[0])["data_subsets"] == {
+        "qm9": "random 3 of 9 structures, seed 0"}
 
 
 def test_list_names_model_families_and_md_structures(capsys):

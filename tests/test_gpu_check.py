@@ -29,7 +29,8 @@ def _runs() -> list[list[str]]:
 
 def test_every_name_of_the_gpu_check_exists() -> None:
     runs = _runs()
-    assert len(runs) >= 9  # tp, tp-dbl, conv, kernels, three mace, two se3t, md
+    # four SE(3)-Transformer claim runs, tp, tp-dbl, conv, kernels, two mace, se3t, md
+    assert len(runs) == 12
     parser = build_parser()
     for arguments in runs:
         args = parser.parse_args(["run", "--device", "cuda:0", *arguments])

@@ -84,9 +84,17 @@ def test_a_subset_keeps_its_structures_whole_and_says_it_is_one(data_dir, tmp_pa
             assert np.array_equal(getattr(ga, field), getattr(gb, field))
     assert cli.main(["datasets", "info", "oc20-like"]) == 0
     assert "SUBSET          random 5 of 12" in capsys.readouterr().out
+    assert datasets.registry.cached_subsets() == {
+        "oc20-like": "random 5 of 12 structures, seed 3"}
     assert cli.main(["datasets", "subset", "oc20-like", "--structures", "13",
                      "--out", str(tmp_path / "x.npz")]) == 2
     assert "1..5" in capsys.readouterr().err
+    # Never over the cache's own file, where a part would pass for the whole dataset.
+    assert cli.main(["datasets", "subset", "oc20-like", "--structures", "2",
+                     "--out", str(out)]) == 2
+    assert "write it elsewhere" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="0..11"):
+        full.data.subset(np.array([-1]), "x")
 
 
 def test_unknown_names_and_sources_are_refused(data_dir):
