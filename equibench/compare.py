@@ -308,6 +308,26 @@ def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, thr
                 case=case_label(row), metric=f"speedup vs {row['reference_b']}{where}",
                 higher_is_better=True, base=row["speedup_b"], new=row["speedup_n"],
                 p_value=p, verdict=verdict, detectable=detectable, note=_notes(row)))
+    return changes + _reference_swaps(b, n, latest_ok(base), latest_ok(new))
+
+
+def _reference_swaps(b: pd.DataFrame, n: pd.DataFrame, ok_b: pd.DataFrame,
+                     ok_n: pd.DataFrame) -> list[Change]:
+    """Cases timed on one machine in both runs whose speedup exists in one run only: there
+    the case was its group's reference in the other run (the group gained or lost e3nn).
+    Listed as ``not compared``, with the speedup the one run has."""
+    on = [*MATCH_COLUMNS, *SAME_MACHINE]
+    changes = []
+    for rel, other_rel, other_ok, in_base in ((b, n, ok_n, True), (n, b, ok_b, False)):
+        lone = rel.merge(other_rel[on], on=on, how="left", indicator=True)
+        lone = lone[lone["_merge"] == "left_only"].drop(columns="_merge")
+        for _, row in lone.merge(other_ok[on], on=on).iterrows():
+            changes.append(Change(
+                case=case_label(row), metric=f"speedup vs {row['reference']}",
+                higher_is_better=True, base=row["speedup"] if in_base else math.nan,
+                new=math.nan if in_base else row["speedup"], p_value=math.nan,
+                verdict="not compared",
+                note=f"its group's reference in the {'new' if in_base else 'base'} run"))
     return changes
 
 

@@ -217,12 +217,23 @@ def test_a_group_whose_reference_changed_tells_its_speedups_apart():
     changes = compare.compare(results.validate(without), base)
     assert not [c for c in changes if c.fails]
     moved = [c for c in changes if c.verdict == "not compared"]
-    # fused in both workloads and directions; cuequivariance was the reference before.
-    assert len(moved) == 4 and all(" fused " in c.case for c in moved)
-    assert {c.metric for c in moved} == {"speedup vs cuequivariance -> e3nn"}
-    assert all("reference changed" in c.note for c in moved)
+    # fused in both workloads and directions; cuequivariance was the reference before, and
+    # its speedup over e3nn now has nothing to be compared with.
+    fused = [c for c in moved if " fused " in c.case]
+    cue = [c for c in moved if " cuequivariance " in c.case]
+    assert len(fused) == 4 and len(cue) == 4 and len(moved) == 8
+    assert {c.metric for c in fused} == {"speedup vs cuequivariance -> e3nn"}
+    assert all("reference changed" in c.note for c in fused)
+    assert {c.metric for c in cue} == {"speedup vs e3nn"}
+    assert all(c.note == "its group's reference in the base run" and np.isnan(c.base)
+               and c.new > 0 for c in cue)
     assert [c.verdict for c in changes if c.metric == "status"] == ["improvement"] * 4
-    assert "4 not compared (reference changed)" in compare.markdown(changes)
+    assert "8 not compared (reference changed)" in compare.markdown(changes)
+    # The other way round: e3nn lost.
+    lost = [c for c in compare.compare(base, results.validate(without))
+            if c.verdict == "not compared"]
+    assert len(lost) == 8 and sum(c.note == "its group's reference in the new run"
+                                  for c in lost) == 4
 
 
 def test_allocator_and_threads_are_part_of_the_key():
