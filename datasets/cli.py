@@ -8,9 +8,11 @@ the main CLI: ``python -m equibench.datasets.cli datasets info qm9``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,25 +119,33 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
+def _download_errors_exit_1(command: Callable[[argparse.Namespace], int]
+                            ) -> Callable[[argparse.Namespace], int]:
+    """A download that fails (offline, bad checksum) ends ``command`` with its message and
+    exit status 1; bad input (ValueError) is left to ``main``, which exits 2."""
+    @functools.wraps(command)
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except DownloadError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+
+    return wrapped
+
+
+@_download_errors_exit_1
 def run_prepare(args: argparse.Namespace) -> int:
-    """``datasets prepare``: exit status 0; 1 with a message when a download fails (offline,
-    bad checksum); 2 on bad input (an unknown source), as for every equibench command."""
+    """``datasets prepare``."""
     start = time.perf_counter()
     print(f"preparing {args.name} ...", file=sys.stderr)
-    try:
-        dataset = prepare(
-            args.name,
-            source=args.source,
-            force=args.force,
-            progress=not args.quiet,
-            **_options(args),
-        )
-    except DownloadError as err:  # offline, bad checksum
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except ValueError as err:  # unknown source, bad option
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    dataset = prepare(
+        args.name,
+        source=args.source,
+        force=args.force,
+        progress=not args.quiet,
+        **_options(args),
+    )
     summary = describe(dataset)
     print(
         f"{args.name}: {summary['n_structures']} structures from {summary['source']} "
@@ -167,28 +177,18 @@ def _format(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@_download_errors_exit_1
 def run_info(args: argparse.Namespace) -> int:
     """``datasets info``: print the summary (text or JSON)."""
-    try:
-        summary = info(args.name)
-    except DownloadError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    summary = info(args.name)
     print(json.dumps(summary, indent=2, ensure_ascii=False) if args.json else _format(summary))
     return 0
 
 
+@_download_errors_exit_1
 def run_subset(args: argparse.Namespace) -> int:
-    """``datasets subset``: exit status 0; 1 when the dataset must be downloaded first and
-    cannot be; 2 on a size out of range or an --out that is the cache's own file."""
-    try:
-        part = write_subset(args.name, args.structures, args.seed, args.out)
-    except DownloadError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    """``datasets subset`` (an --out that is the cache's own file is bad input)."""
+    part = write_subset(args.name, args.structures, args.seed, args.out)
     print(f"{args.name}: {part.metadata['subset']['note']} -> {args.out} "
           f"({args.out.stat().st_size / 2**20:.1f} MiB)", file=sys.stderr)
     return 0
@@ -199,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="equibench")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ValueError as err:  # bad input: exit 2, as equibench's own main does
+        print(f"error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -271,9 +271,10 @@ def _notes(row: pd.Series) -> str:
     return "; ".join(notes)
 
 
-def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, threshold: float,
-                      alpha: float) -> list[Change]:
-    b, n = relative(base, reference), relative(new, reference)
+def _relative_changes(ok_b: pd.DataFrame, ok_n: pd.DataFrame, reference: str,
+                      threshold: float, alpha: float) -> list[Change]:
+    """Speedup changes between the timed rows of the two runs (``latest_ok`` of each)."""
+    b, n = relative(ok_b, reference), relative(ok_n, reference)
     keys = list(MATCH_COLUMNS)
     # The same machine when both tables have it; otherwise a case measured on exactly one
     # machine in each table is matched across machines (the ratio does not depend on it).
@@ -308,7 +309,7 @@ def _relative_changes(base: pd.DataFrame, new: pd.DataFrame, reference: str, thr
                 case=case_label(row), metric=f"speedup vs {row['reference_b']}{where}",
                 higher_is_better=True, base=row["speedup_b"], new=row["speedup_n"],
                 p_value=p, verdict=verdict, detectable=detectable, note=_notes(row)))
-    return changes + _reference_swaps(b, n, latest_ok(base), latest_ok(new))
+    return changes + _reference_swaps(b, n, ok_b, ok_n)
 
 
 def _reference_swaps(b: pd.DataFrame, n: pd.DataFrame, ok_b: pd.DataFrame,
@@ -331,10 +332,9 @@ def _reference_swaps(b: pd.DataFrame, n: pd.DataFrame, ok_b: pd.DataFrame,
     return changes
 
 
-def _same_machine_changes(base: pd.DataFrame, new: pd.DataFrame, threshold: float,
+def _same_machine_changes(ok_b: pd.DataFrame, ok_n: pd.DataFrame, threshold: float,
                           alpha: float, mem_floor: float) -> list[Change]:
-    joined = latest_ok(base).merge(latest_ok(new), on=[*MATCH_COLUMNS, *SAME_MACHINE],
-                                   suffixes=("_b", "_n"))
+    joined = ok_b.merge(ok_n, on=[*MATCH_COLUMNS, *SAME_MACHINE], suffixes=("_b", "_n"))
     changes = []
     for _, row in joined.iterrows():
         label = case_label(row)
@@ -428,9 +428,10 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = 1.10, alph
     if gate - set(METRICS):
         raise ValueError(f"gate: unknown metric(s) {sorted(gate - set(METRICS))}; choose "
                          f"from {', '.join(METRICS)}")
+    ok_b, ok_n = latest_ok(base), latest_ok(new)
     changes = (_status_changes(base, new)
-               + _relative_changes(base, new, reference, threshold, alpha)
-               + _same_machine_changes(base, new, threshold, alpha, mem_floor))
+               + _relative_changes(ok_b, ok_n, reference, threshold, alpha)
+               + _same_machine_changes(ok_b, ok_n, threshold, alpha, mem_floor))
     return [replace(c, gates=metric_kind(c.metric) in gate) for c in changes]
 
 

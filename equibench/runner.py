@@ -484,12 +484,26 @@ def _run_cases(cases: list[Case], settings: RunSettings, out_path: str | Path | 
     unavailable: dict[tuple[str, ...], dict] = {}
     bar = tqdm(total=len(cases), desc="cases", unit="case", disable=not progress,
                dynamic_ncols=True)
-    with _keeping_finished_rows_on_sigterm(rows, len(cases), out_path):
-        _run_groups(groups, settings, ctx, envs, growth, unavailable, rows, on_row, bar)
-    bar.close()
-    frame = results.to_frame(rows)
-    if out_path is not None:
-        results.write_atomic(frame, out_path)
+    # A run killed from outside (`timeout`, a scheduler) still leaves the rows of the groups
+    # that finished, written whole (the group it stopped in is lost), and exits 143 as a
+    # terminated process would.
+    terminated = False
+    with _sigterm_raises():
+        try:
+            _run_groups(groups, settings, ctx, envs, growth, unavailable, rows, on_row, bar)
+        except Terminated:
+            terminated = True
+            for process in multiprocessing.active_children():  # else exit would wait
+                process.kill()
+        bar.close()
+        frame = results.to_frame(rows)
+        if out_path is not None and (rows or not terminated):
+            results.write_atomic(frame, out_path)
+    if terminated:
+        where = f"their rows written to {out_path}" if out_path and rows else "nothing written"
+        print(f"equibench: terminated (SIGTERM) after {len(rows)} of {len(cases)} cases; "
+              f"{where}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signal.SIGTERM)
     return frame
 
 
@@ -499,13 +513,11 @@ class Terminated(BaseException):
 
 
 @contextlib.contextmanager
-def _keeping_finished_rows_on_sigterm(rows: list[dict], n_cases: int,
-                                      out_path: str | Path | None) -> Iterator[None]:
-    """A run killed from outside (``timeout``, a scheduler) still leaves the rows of the
-    groups that finished, written whole: SIGTERM stops the run between or inside a group
-    (that group's rows are lost), the table of what finished is written atomically, and the
-    process exits 143 as a terminated one would. Outside the main thread, a no-op."""
+def _sigterm_raises() -> Iterator[None]:
+    """Within: SIGTERM raises :class:`Terminated` (once; a repeat, as `timeout` sends to the
+    process and then its group, is ignored). Outside the main thread, a no-op."""
     def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise Terminated
 
     try:
@@ -515,18 +527,6 @@ def _keeping_finished_rows_on_sigterm(rows: list[dict], n_cases: int,
         return
     try:
         yield
-    except Terminated:
-        # `timeout` signals the process, then its group; a scheduler may repeat itself.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for process in multiprocessing.active_children():  # else exit would wait on them
-            process.kill()
-        where = "nothing written"
-        if out_path is not None and rows:
-            results.write_atomic(results.to_frame(rows), out_path)
-            where = f"their rows written to {out_path}"
-        print(f"equibench: terminated (SIGTERM) after {len(rows)} of {n_cases} cases; "
-              f"{where}", file=sys.stderr, flush=True)
-        raise SystemExit(128 + signal.SIGTERM) from None
     finally:
         # None: a handler installed from C, which Python cannot put back.
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

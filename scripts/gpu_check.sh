@@ -33,7 +33,7 @@ mkdir -p "$OUT"
 TABLES=$(mktemp -d)
 exec > >(tee -a "$OUT/log.txt") 2>&1
 TEE=$!
-say() { echo "[gpu_check $(( SECONDS - START ))s] $*"; }
+say() { echo "[gpu_check $(( SECONDS - START ))s] $*" >&2; }  # stderr: also to the log
 setup_failed() { say "setup failed: $*"; exit 2; }
 
 # Setup: the carried wheels on PYTHONPATH (ahead of the image's own e3nn), the carried QM9
@@ -61,8 +61,8 @@ FAILED=()
 SKIPPED=()
 left() { echo $(( DEADLINE_S - (SECONDS - START) - 30 )); }  # 30 s kept for merge and claims
 
-# run NAME CAP_S equibench-run-arguments...: one `equibench run`, at most CAP_S seconds.
-run() {
+# step NAME CAP_S command...: the command, cut to CAP_S and to what is left of DEADLINE_S.
+step() {
     local name=$1 cap=$2 limit rc
     shift 2
     limit=$(left)
@@ -71,12 +71,19 @@ run() {
         say "$name: skipped (out of time)"; SKIPPED+=("$name"); return
     fi
     say "$name: up to ${limit} s"
-    PYTHONUNBUFFERED=1 timeout -k 10 "$limit" "$PY" -m equibench.cli run --device "$DEVICE" \
-        --budget "$BUDGET" --rounds "$ROUNDS" --quiet --out "$TABLES/$name.parquet" "$@"
+    PYTHONUNBUFFERED=1 timeout -k 10 "$limit" "$@"
     rc=$?
-    if (( rc != 0 )); then  # 124: out of time (the groups that finished are kept)
+    if (( rc != 0 )); then  # 124: out of time (a run keeps the groups that finished)
         FAILED+=("$name"); say "$name: FAILED (exit $rc$( (( rc == 124 )) && echo ', out of time'))"
     fi
+}
+
+# run NAME CAP_S equibench-run-arguments...: one `equibench run` as a step, then the merge.
+run() {
+    local name=$1 cap=$2
+    shift 2
+    step "$name" "$cap" "$PY" -m equibench.cli run --device "$DEVICE" --budget "$BUDGET" \
+        --rounds "$ROUNDS" --quiet --out "$TABLES/$name.parquet" "$@"
     merge
 }
 
@@ -126,15 +133,9 @@ for check in $CHECKS; do
         kernels) run kernels 60 --level conv --workload mace-large@carbon \
                 --implementation fused --direction forward,backward,double_backward \
                 --precision float32 --batch "$(b 4096)"
-            # the generated Triton kernels against autograd, in what time is left
-            t=$(left); (( t > 120 )) && t=120
-            if [ -z "${SMOKE:-}" ] && (( t >= 30 )); then
-                timeout "$t" "$PY" -m pytest -q -p no:cacheprovider \
-                    tests/kernels/test_symmetric_contraction_kernels.py \
-                    || FAILED+=(sc-kernels)
-            elif [ -z "${SMOKE:-}" ]; then
-                say "sc-kernels: skipped (out of time)"; SKIPPED+=(sc-kernels)
-            fi ;;
+            # the generated Triton kernels against autograd (a GPU's, not SMOKE's, to test)
+            [ -n "${SMOKE:-}" ] || step sc-kernels 120 "$PY" -m pytest -q -p no:cacheprovider \
+                tests/kernels/test_symmetric_contraction_kernels.py ;;
         # fused: our convolution and symmetric contraction, both Triton on the GPU; the
         # batch doubles until out of memory (the oom rows give the largest batch that fits).
         mace) run mace-inf 120 --level model --workload mace-qm9 --variant oeq \
@@ -147,13 +148,9 @@ for check in $CHECKS; do
         se3t) run se3t-backends 90 --level model --workload se3t-qm9 \
                 --implementation basis,e3nn,cuequivariance,fused --variant optimized \
                 --direction train_step,inference --precision float32 --batch "$(b 240)"
-              if [ -z "${SMOKE:-}" ] && (( $(left) > 60 )); then
-                  timeout 60 "$PY" -m torch.distributed.run --standalone --nproc_per_node 1 \
-                      -m equibench.implementations.se3_transformer.ddp --steps 20 --batch 240 \
-                      > "$OUT/se3t-ddp.json" || FAILED+=(se3t-ddp)
-              elif [ -z "${SMOKE:-}" ]; then
-                  say "se3t-ddp: skipped (out of time)"; SKIPPED+=(se3t-ddp)
-              fi ;;
+              [ -n "${SMOKE:-}" ] || step se3t-ddp 60 "$PY" -m torch.distributed.run \
+                  --standalone --nproc_per_node 1 -m equibench.implementations.se3_transformer.ddp \
+                  --steps 20 --batch 240 > "$OUT/se3t-ddp.json" ;;
         # MD scaling: diamond from 4,096 to 64,000 atoms, each backend until out of memory or
         # over 0.5 s per step (the largest system per backend on this GPU).
         md) run md-scaling 90 --level md \
