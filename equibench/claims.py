@@ -187,7 +187,10 @@ def load(path: str | Path | None = None) -> list[Claim]:
         where = "equibench/claims.yaml"
     else:
         text, where = Path(path).read_text(), str(path)
-    data = yaml.safe_load(text) or {}
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{where} is not valid YAML: {err}") from None
     allowed = {f.name for f in fields(Claim)}
     claims = []
     for entry in data.get("claims", []):

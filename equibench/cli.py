@@ -11,15 +11,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
+
 from equibench import config as config_mod
 from equibench.cases import DIRECTIONS, LEVELS, expand
+from equibench.devices import require
 
 if TYPE_CHECKING:
     from equibench.custom_workloads import CustomWorkload
 
 # torch, e3nn and pandas are imported inside the commands that need them, so that quick
 # commands (help, datasets info, config) start in well under a second.
-PRECISION_NAMES = ("float64", "float32", "tfloat32", "bfloat16", "float16")
+PRECISION_NAMES = ("float64", "float32", "tfloat32", "bfloat16", "float16", "amp-bfloat16",
+                   "amp-float16")
 
 
 def _csv(text: str) -> list[str]:
@@ -125,6 +129,7 @@ def _names_known(cases, plugins, command: str) -> bool:  # noqa: ANN001
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    require(args.device)
     # First, so that the server's imports overlap with ours (the name check imports the
     # registry); it exits with this process if a name is unknown.
     _start_fork_server(args)
@@ -157,6 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
+    require(args.device)
     if args.environment:
         from equibench import dgl_env
 
@@ -198,7 +204,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     from equibench import results
     frame = results.read(args.results)
     for clause in args.where or []:
-        key, _, value = clause.partition("=")
+        key, equals, value = clause.partition("=")
+        if not equals:
+            raise ValueError(f"--where {clause!r}: expected COLUMN=VALUE, e.g. status=ok")
         if key not in frame.columns:
             raise ValueError(f"--where: no column {key!r}; columns: {', '.join(frame.columns)}")
         frame = frame[frame[key].astype(str) == value]
@@ -219,7 +227,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_env(args: argparse.Namespace) -> int:
     from equibench.environment import capture
 
-    print(json.dumps(capture(args.device), indent=2))
+    print(json.dumps(capture(require(args.device)), indent=2))
     return 0
 
 
@@ -230,7 +238,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("implementations:")
     for name in registry.names():
         impl = registry.get(name)
-        reason = impl.available(args.device)
+        reason = impl.available(require(args.device))
         state = "available" if reason is None else f"unavailable: {reason}"
         print(f"  {name:18s} levels={','.join(sorted(impl.levels)):10s} {state}")
         print(f"  {'':18s} {impl.description}")
@@ -279,13 +287,21 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from equibench.devices import resolve_devices
     from equibench.machine_probe import write_probe
 
-    out = write_probe(resolve_devices(args.device), args.out, args.threads)
+    out = write_probe([require(d) for d in resolve_devices(args.device)], args.out,
+                      args.threads)
     print(Path(out).read_text())
     return 0
 
 
 def cmd_config(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.file)
+    # The names every job uses, checked here as each job checks its own when it starts (the
+    # workflow leaves them to the jobs: the check imports every implementation).
+    _custom_workloads(args, cfg)
+    cases = [case for suite, implementation, device in config_mod.jobs(cfg)
+             for case in config_mod.suite_cases(cfg, suite, implementation, device)]
+    if not _names_known(cases, cfg["plugins"], f"equibench config {args.file}"):
+        return 2
     if args.jobs:
         for job in config_mod.jobs(cfg):
             print(" ".join(job))
@@ -396,7 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="JSON file to write")
     p.set_defaults(func=cmd_probe)
 
-    p = sub.add_parser("config", help="validate a configuration and print it resolved")
+    p = sub.add_parser("config", help="validate a configuration (schema, then every name its "
+                                      "suites use) and print it resolved")
     p.add_argument("file")
     p.add_argument("--jobs", action="store_true", help="print the benchmark jobs instead")
     p.set_defaults(func=cmd_config)
@@ -413,13 +430,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _bad_input(err: Exception) -> str:
+    """What was wrong with the input, and where it came from."""
+    if isinstance(err, yaml.YAMLError):
+        return f"not valid YAML: {err}"
+    if isinstance(err, FileNotFoundError) and err.filename is not None:
+        return f"no such file or directory: {err.filename}; check the path"
+    return str(err)
+
+
+def _reader_gone() -> int:
+    """The reader of our output went away (``| head``): nothing is wrong with the run; stop
+    writing (the rest goes to /dev/null) and exit as a command killed by SIGPIPE does."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + 13
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        return _reader_gone()
     # ConfigError and results.SchemaError are ValueErrors: bad input, said plainly.
-    except (FileNotFoundError, ValueError) as err:
-        print(f"equibench {args.command}: error: {err}", file=sys.stderr)
+    except (FileNotFoundError, ValueError, yaml.YAMLError) as err:
+        print(f"equibench {args.command}: error: {_bad_input(err)}", file=sys.stderr)
         return 2
     except Exception:  # noqa: BLE001 - a fault of equibench, told apart from a verdict
         traceback.print_exc()
@@ -433,7 +468,10 @@ def entry() -> None:
     once torch and e3nn are imported (paid by every benchmark job). Results are written
     atomically before this point and nothing else is left to clean up."""
     code = main()
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone()
     sys.stderr.flush()
     os._exit(code)
 

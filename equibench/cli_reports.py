@@ -67,7 +67,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     for name in imported.skipped:
         print(f"skipped {name}")
     if imported.frame.empty:
-        raise ValueError(f"{args.json}: no benchmark carried case fields; nothing written")
+        raise ValueError(f"{args.json}: no benchmark named its case (workload, implementation "
+                         "and batch in extra_info or params); nothing written")
     results.write_atomic(imported.frame, args.out)
     print(f"wrote {args.out}: {len(imported.frame)} rows")
     return 0
@@ -104,7 +105,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Evaluate every claim of the claims file against the results: the "
                     "ratio the claim's wording supports (max over matched pairs for 'up to' "
                     "claims, else their geometric mean), min / geomean / max over the pairs, "
-                    "a bootstrap 95%% interval over runs and rounds, hardware match and "
+                    "a bootstrap 95% interval over runs and rounds, hardware match and "
                     "verdict. Give several runs (files or directories) to measure the "
                     "run-to-run spread; a one-run interval is widened by --run-spread.")
     p.add_argument("results", nargs="+", help="result files or directories")

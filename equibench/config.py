@@ -99,7 +99,10 @@ def load(path: str | Path) -> dict:
     (``workflows/config/full.yaml``) resolves as that preset, as ``--config preset=full``
     does, not merged over the default preset."""
     path = Path(path)
-    config = yaml.safe_load(path.read_text()) or {}
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
     if "preset" not in config and path.resolve().parent == CONFIG_DIR.resolve():
         config["preset"] = path.stem
     return resolve(config)

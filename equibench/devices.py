@@ -14,14 +14,35 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def require(device: str) -> str:
+    """``device`` when this machine has it (``cpu``, or ``cuda:N`` with N below the number
+    of GPUs torch sees); else ValueError, bad input, naming the problem and the fix."""
+    if device == "cpu":
+        return device
+    index = device.removeprefix("cuda:")
+    if not (device.startswith("cuda:") and index.isdigit()):
+        raise ValueError(f"device {device!r}: expected cpu or cuda:N (N = 0, 1, ...)")
+    count = _gpu_count()
+    if int(index) >= count:
+        seen = (f"torch sees {count} GPU(s), cuda:0 to cuda:{count - 1}" if count else
+                "torch sees no GPU here (a CPU-only torch build, or no visible device)")
+        raise ValueError(f"device {device!r}: {seen}; use --device cpu" +
+                         (" or one of those" if count else ""))
+    return device
+
+
 def resolve_devices(spec: str | list[str]) -> list[str]:
-    """``auto``: every visible GPU, else the CPU; ``cuda``: every visible GPU (error if none)."""
+    """``auto``: every visible GPU, else the CPU; ``cuda``: every visible GPU (error if none);
+    ``cpu``, ``cuda:N`` or a comma-separated list of them as given."""
     if isinstance(spec, str) and "," in spec:
         spec = [s.strip() for s in spec.split(",") if s.strip()]
     if isinstance(spec, list):
         return list(spec)
     if spec == "cpu" or spec.startswith("cuda:"):
         return [spec]
+    if spec not in ("auto", "cuda"):
+        raise ValueError(f"device {spec!r}: expected auto, cpu, cuda, cuda:N or a "
+                         "comma-separated list")
     count = _gpu_count()
     if spec == "cuda" and count == 0:
         raise RuntimeError("device 'cuda' requested but torch sees no GPU; use device: cpu")

@@ -5,10 +5,13 @@ import sys
 
 import numpy as np
 import pytest
+import torch
+import yaml
 from equibench.dashboards.sample import synthetic_results
 
 from equibench import compare, results
-from equibench.cli import build_parser, main
+from equibench.cli import PRECISION_NAMES, build_parser, main
+from equibench.precision import PRECISIONS
 
 SUBCOMMANDS = ["run", "sweep", "show", "env", "list", "merge", "dashboard", "config", "probe",
                "claims", "compare", "import", "history", "datasets"]
@@ -36,6 +39,66 @@ def test_an_unknown_column_is_bad_input(tmp_path, capsys):
     assert "no column 'colour'" in capsys.readouterr().err
     assert main(["show", str(table), "--columns", "workload,colour"]) == 2
     assert "['colour']" in capsys.readouterr().err
+
+
+def test_where_without_a_value_is_bad_input(tmp_path, capsys):
+    table = tmp_path / "t.parquet"
+    results.write_atomic(synthetic_results(seed=0), table)
+    assert main(["show", str(table), "--where", "implementation"]) == 2
+    assert "expected COLUMN=VALUE" in capsys.readouterr().err
+
+
+def test_invalid_yaml_and_missing_files_name_the_file(tmp_path, capsys):
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("preset: [\n")
+    table = tmp_path / "t.parquet"
+    results.write_atomic(synthetic_results(seed=0), table)
+    for argv in (["config", str(bad)], ["claims", str(table), "--claims", str(bad)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{bad} is not valid YAML" in err and "internal error" not in err
+    missing = tmp_path / "nowhere.yaml"
+    assert main(["config", str(missing)]) == 2
+    assert f"no such file or directory: {missing}; check the path" in capsys.readouterr().err
+
+
+def test_config_names_every_unknown_name_its_suites_use(tmp_path, capsys):
+    suite = {"name": "x", "level": "tp", "workloads": ["nosuch-wl"],
+             "implementations": ["e3nn", "nosuch-impl"], "directions": ["forward"],
+             "precisions": ["float32"], "batches": [8]}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"suites": [suite]}))
+    assert main(["config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown tp workload 'nosuch-wl'" in err
+    assert "unknown tp implementation 'nosuch-impl'" in err
+
+
+@pytest.mark.parametrize("argv", [["run", "--workload", "mace-large", "--implementation", "e3nn"],
+                                  ["probe", "--out", "p.json"], ["env"], ["list"]])
+def test_a_device_this_machine_lacks_is_bad_input(argv, capsys):
+    assert main([*argv, "--device", "gpu0"]) == 2
+    assert "device 'gpu0': expected" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main([*argv, "--device", "cuda:0"]) == 2
+        assert "torch sees no GPU here" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
+    """`equibench show ... | head`: the closed pipe ends the command quietly, with the
+    status of a command killed by SIGPIPE, not as an internal error."""
+    table = tmp_path / "t.parquet"
+    results.write_atomic(synthetic_results(seed=0), table)
+    proc = subprocess.Popen([sys.executable, "-m", "equibench.cli", "show", str(table)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before it writes: its first write meets a closed pipe
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141
+    assert b"Traceback" not in err and b"internal error" not in err
+
+
+def test_run_help_lists_every_precision():
+    assert set(PRECISION_NAMES) == set(PRECISIONS)
 
 
 def test_an_internal_error_exits_3_not_1_which_means_a_regression(monkeypatch, tmp_path,
