@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from equibench import config as config_mod
 from equibench.cases import DIRECTIONS, LEVELS, expand
 from equibench.devices import require
@@ -235,10 +233,11 @@ def cmd_list(args: argparse.Namespace) -> int:
     from equibench import registry
     from equibench.workloads import TP_WORKLOADS
 
+    device = require(args.device)
     print("implementations:")
     for name in registry.names():
         impl = registry.get(name)
-        reason = impl.available(require(args.device))
+        reason = impl.available(device)
         state = "available" if reason is None else f"unavailable: {reason}"
         print(f"  {name:18s} levels={','.join(sorted(impl.levels)):10s} {state}")
         print(f"  {'':18s} {impl.description}")
@@ -432,8 +431,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _bad_input(err: Exception) -> str:
     """What was wrong with the input, and where it came from."""
-    if isinstance(err, yaml.YAMLError):
-        return f"not valid YAML: {err}"
     if isinstance(err, FileNotFoundError) and err.filename is not None:
         return f"no such file or directory: {err.filename}; check the path"
     return str(err)
@@ -452,8 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:
         return _reader_gone()
-    # ConfigError and results.SchemaError are ValueErrors: bad input, said plainly.
-    except (FileNotFoundError, ValueError, yaml.YAMLError) as err:
+    # ConfigError and results.SchemaError are ValueErrors (invalid YAML too, named by the file
+    # that held it): bad input, said plainly.
+    except (FileNotFoundError, ValueError) as err:
         print(f"equibench {args.command}: error: {_bad_input(err)}", file=sys.stderr)
         return 2
     except Exception:  # noqa: BLE001 - a fault of equibench, told apart from a verdict

@@ -82,10 +82,19 @@ def _check_workloads(config: Mapping) -> None:
         raise ConfigError(f"invalid configuration at {err}") from None
 
 
+def _read_yaml(path: Path) -> dict:
+    """The mapping in the YAML file ``path`` (empty file: ``{}``); ConfigError naming the
+    file when it is not valid YAML."""
+    try:
+        return yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+
+
 def resolve(config: Mapping) -> dict:
     """Merge the preset named by ``config['preset']`` under ``config`` and validate."""
     preset = config.get("preset", "quick")
-    merged = deep_merge(yaml.safe_load(_preset_path(preset).read_text()) or {}, config)
+    merged = deep_merge(_read_yaml(_preset_path(preset)), config)
     merged["preset"] = preset
     merged = validated(merged)
     _check_environments(merged)
@@ -99,10 +108,7 @@ def load(path: str | Path) -> dict:
     (``workflows/config/full.yaml``) resolves as that preset, as ``--config preset=full``
     does, not merged over the default preset."""
     path = Path(path)
-    try:
-        config = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    config = _read_yaml(path)
     if "preset" not in config and path.resolve().parent == CONFIG_DIR.resolve():
         config["preset"] = path.stem
     return resolve(config)
