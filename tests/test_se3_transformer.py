@@ -126,6 +126,22 @@ def test_checkpointing_in_edge_chunks_keeps_the_gradients(graph_batch, master, m
         torch.testing.assert_close(grad, grads_a[name], rtol=1e-9, atol=1e-12, msg=name)
 
 
+def test_low_memory_step_keeps_pair_bases_and_inference_fused_ones(graph_batch, master):
+    """Under checkpointing each chunk assembles its zero-padded fused bases inside the
+    checkpoint, so a training step keeps only the smaller pair bases; without autograd
+    (inference) the fused bases are built once and shared by the layers."""
+    mol = featurize(graph_batch)
+    model = build_model(SIZES[SIZE], OPTIMIZED, "basis", "cpu", torch.float64, master)
+    groups = {g for conv in model.convs().values() for g in conv.groups}
+    fused = {g for g in groups if len(g) > 1}
+    assert fused, "the optimized small model fuses degree pairs"
+    kept = model.bases(mol.edge_vec)
+    assert not fused & kept.keys()
+    assert {p for g in groups for p in g} <= kept.keys()
+    with torch.no_grad():
+        assert groups <= model.bases(mol.edge_vec).keys()
+
+
 def test_segment_softmax_sums_to_one_over_incoming_edges():
     src = torch.tensor([0, 1, 2, 0, 3])
     dst = torch.tensor([1, 0, 0, 2, 2])

@@ -99,14 +99,28 @@ def _offsets(sizes: Iterable[int]) -> list[int]:
     return out
 
 
-def compute_bases(edge_vec: torch.Tensor, groups: Iterable[Group], max_j: int
-                  ) -> dict[object, torch.Tensor]:
-    """Everything the convolutions read: ``"sh"`` (E, (max_j+1)^2) and one basis per
-    group (keyed by the group) for the ``basis`` backend. Shared by all layers."""
+def compute_bases(edge_vec: torch.Tensor, groups: Iterable[Group], max_j: int,
+                  fuse: bool = True) -> dict[object, torch.Tensor]:
+    """Everything the convolutions read: ``"sh"`` (E, (max_j+1)^2) and, for the ``basis``
+    backend, one basis per group (keyed by the group). Shared by all layers.
+
+    ``fuse=False`` keeps the pair bases instead (keyed by the pair), from which each
+    contraction assembles its group's basis (:func:`group_basis`): low-memory mode, where
+    that happens a chunk of edges at a time inside the checkpoint, so the zero-padded fused
+    bases (degrees 0-2 fully fused: 1539 numbers an edge against the pairs' 259) are never
+    held for the whole batch."""
     sh = spherical_harmonics(edge_vec, max_j)
     bases: dict[object, torch.Tensor] = {"sh": sh}
     groups = list(dict.fromkeys(groups))
     pairs = {p: pair_basis(sh, p) for g in groups for p in g}
+    if not fuse:
+        return bases | pairs
     for g in groups:
         bases[g] = fused_basis(pairs, g)
     return bases
+
+
+def group_basis(bases: dict, group: Group) -> torch.Tensor:
+    """The group's basis from :func:`compute_bases`'s output: kept, or assembled from the
+    pair bases when they were kept instead (``fuse=False``)."""
+    return bases[group] if group in bases else fused_basis(bases, group)

@@ -30,7 +30,7 @@ from .attention import AttentionBlockSE3, NormSE3
 from .basis import compute_bases
 from .graph_ops import make_graph_ops
 from .switches import Switches
-from .tfn import ConvSE3, EdgeInputs
+from .tfn import ConvSE3, EdgeInputs, checkpointing
 
 ELEMENTS = (1, 6, 7, 8, 9)  # H, C, N, O, F
 NODE_FEATURES = len(ELEMENTS) + 1
@@ -135,11 +135,13 @@ class SE3TransformerPooled(nn.Module):
         return {name: m for name, m in self.named_modules() if isinstance(m, ConvSE3)}
 
     def bases(self, edge_vec: Tensor) -> dict:
-        """Edge bases every convolution of this model reads (``basis.compute_bases``)."""
+        """Edge bases every convolution of this model reads (``basis.compute_bases``); under
+        checkpointing the pair bases, each chunk assembling its fused ones."""
         convs = self.convs().values()
         groups = [g for c in convs for g in c.groups] if self.backend == "basis" else []
         with record_function("bases"):  # a profiler range: see bench.breakdown
-            return compute_bases(edge_vec, groups, 2 * self.config.max_degree)
+            return compute_bases(edge_vec, groups, 2 * self.config.max_degree,
+                                 fuse=not checkpointing(self.switches))
 
     def forward(self, mol: MoleculeBatch, bases: dict | None = None, ops=None,  # noqa: ANN001
                 pool_at: Tensor | None = None) -> Tensor:

@@ -14,7 +14,9 @@ NeurIPS 2020:
   ``fuse-full``, ``basis_cache``, ``shared_radial``, ``low_memory``.
 - ``optimized``: every optimization of a training step on (fully fused convolutions, fused
   key/value, shared radial profile, low-memory checkpointing; bases computed once per step
-  and shared by the layers, as every variant does).
+  and shared by the layers, as every variant does). Under checkpointing the step keeps the
+  pair bases and each chunk of edges assembles its fused basis inside the checkpoint
+  (``basis.compute_bases(fuse=False)``): the zero-padded fused bases are never held whole.
 - ``nvidia-default``: NVIDIA's default recipe, every optimization on except low-memory
   mode; what NVIDIA's published "optimized" figures measure (the claims use it).
 - ``low-memory``: NVIDIA's low-memory mode: ``nvidia-default`` with activation

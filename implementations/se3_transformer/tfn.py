@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .basis import Group, Pair, dim, group_degrees, j_values, n_freq
+from .basis import Group, Pair, dim, group_basis, group_degrees, j_values, n_freq
 from .graph_ops import GraphOps
 from .radial import RadialBank
 from .switches import Switches
@@ -40,9 +40,16 @@ Fiber = dict[int, int]  # degree -> channels
 Features = dict[int, Tensor]
 BACKENDS = ("basis", "e3nn", "cuequivariance", "fused")
 # Edges per checkpointed chunk in low-memory mode. Per-edge work is independent, so the
-# chunks give the same messages; smaller chunks lower the peak and cost time (QM9 small
-# model, batch 512, 19k edges: 4096 -> 64 MiB, 2048 -> 52 MiB and 17 % more time).
+# chunks give the same messages; smaller chunks lower the peak little and cost time (QM9
+# small model, optimized, batch 512, 19k edges, tcmalloc, two runs each, timed against
+# nvidia-default in the same run: 4096 -> 48-56 MiB, 2048 -> 47-48 MiB and 12 % more time).
 CHECKPOINT_EDGES = 4096
+
+
+def checkpointing(switches: Switches) -> bool:
+    """Whether the convolutions run under activation checkpointing now: low-memory mode,
+    when autograd records (a training step; inference has nothing to keep)."""
+    return switches.low_memory and torch.is_grad_enabled()
 
 
 @dataclass
@@ -96,7 +103,7 @@ class BasisProduct(nn.Module):
     def forward(self, x: Features, bases: dict, r: Tensor) -> Features:
         """``x[l] (E, c_in, 2l+1)``, ``r (E, c_out c_in F)`` -> ``{l_out: (E, c_out, 2l+1)}``."""
         xg = x[self.ins[0]] if len(self.ins) == 1 else torch.cat([x[d] for d in self.ins], -1)
-        b = bases[self.group]  # (E, D_in, F, D_out)
+        b = group_basis(bases, self.group)  # (E, D_in, F, D_out)
         e, d_in, f, d_out = b.shape
         if self.materialize:
             # The official baseline: the per-edge kernel (E, c_out, D_out, c_in, D_in) is built
@@ -288,7 +295,7 @@ class ConvSE3(nn.Module):
         """``_edges`` under activation checkpointing, in chunks of ``CHECKPOINT_EDGES`` edges:
         only the inputs are kept, and backward recomputes one chunk's intermediates at a
         time, so its peak is a chunk's rather than the batch's (QM9 small model, 512
-        molecules, optimized: 142 MiB peak unchunked, 64 MiB in chunks)."""
+        molecules, optimized: 149 MiB peak unchunked, 48-56 MiB in chunks)."""
         parts = []
         for start in range(0, src.shape[0], CHECKPOINT_EDGES):
             edges = slice(start, start + CHECKPOINT_EDGES)
@@ -299,7 +306,7 @@ class ConvSE3(nn.Module):
 
     def forward(self, x: Features, g: EdgeInputs) -> Features:
         args = (g.edge_feats, g.bases, g.edge_src, *(x[d] for d in self.fiber_in))
-        if self.switches.low_memory and torch.is_grad_enabled():
+        if checkpointing(self.switches):
             messages = self._checkpointed(*args)
         else:
             messages = self._edges(*args)
