@@ -309,12 +309,32 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """``--version``: the package's version and the checkout's commit (what every result row
+    records as ``git_commit``), looked up only when asked (provenance imports torch)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0,
+                         help="print the version, the commit and torch's version, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from equibench import environment
+
+        env = environment.capture()
+        dirty = ", uncommitted changes" if env["git_dirty"] else ""
+        print(f"equibench {environment.package_version('equibench') or 'unknown'} "
+              f"(commit {env['git_commit']}{dirty}; torch {env['version_torch']})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="equibench",
         description="Benchmark equivariant GNN implementations: verify against a float64 "
                     "reference, then time them.",
     )
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run one case or a small sweep given on the command line",

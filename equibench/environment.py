@@ -39,7 +39,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
+    """The installed version of a distribution, '' when it is not installed."""
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
@@ -75,7 +76,7 @@ def capture(device: str = "cpu") -> dict[str, str | int | bool]:
         env["gpu_name"] = torch.cuda.get_device_name(torch.device(device))
         env["gpu_driver"] = _nvidia_driver()
     for package in TRACKED_PACKAGES:
-        env["version_" + package.replace("-", "_")] = _version(package)
+        env["version_" + package.replace("-", "_")] = package_version(package)
     return env
 
 

@@ -1,3 +1,4 @@
+import argparse
 import os
 import signal
 import subprocess
@@ -13,8 +14,24 @@ from equibench import compare, results
 from equibench.cli import PRECISION_NAMES, build_parser, main
 from equibench.precision import PRECISIONS
 
-SUBCOMMANDS = ["run", "sweep", "show", "env", "list", "merge", "dashboard", "config", "probe",
-               "claims", "compare", "import", "history", "datasets"]
+SUBCOMMANDS = ["run", "sweep", "dgl-env", "show", "env", "list", "merge", "dashboard", "config",
+               "probe", "claims", "compare", "import", "history", "datasets"]
+
+
+def test_every_subcommand_is_listed_here():
+    """So that test_help covers each one."""
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(sub.choices) == sorted(SUBCOMMANDS)
+
+
+def test_version_names_the_commit(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--version"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("equibench 0.") and "commit " in out
+    assert f"torch {torch.__version__}" in out
 
 
 @pytest.mark.parametrize("command", [None, *SUBCOMMANDS])
