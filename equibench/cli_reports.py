@@ -41,12 +41,21 @@ def cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
-def _metrics(text: str) -> list[str]:
-    chosen = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = sorted(set(chosen) - set(METRICS))
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown metric(s) {unknown}; choose from "
-                                         f"{', '.join(METRICS)}")
+def _metrics(text: str) -> dict[str, float | None]:
+    """``status,memory:2`` -> {"status": None, "memory": 2.0} (None: the threshold)."""
+    chosen: dict[str, float | None] = {}
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        kind, _, factor = item.partition(":")
+        if kind not in METRICS:
+            raise argparse.ArgumentTypeError(f"unknown metric {kind!r}; choose from "
+                                             f"{', '.join(METRICS)}")
+        try:
+            chosen[kind] = float(factor) if factor else None
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: the factor after ':' must be a number, e.g. memory:2") from None
     return chosen
 
 
@@ -139,10 +148,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the rank test (default 0.05)")
     p.add_argument("--reference", default="e3nn", help="reference implementation")
-    p.add_argument("--gate", type=_metrics, default=list(METRICS),
+    p.add_argument("--gate", type=_metrics, default=dict.fromkeys(METRICS),
                    help="comma-separated metrics whose regressions fail the check, from "
                         f"{','.join(METRICS)} (default: all); the others are reported, for "
-                        "a shared machine whose speed drifts between runs")
+                        "a shared machine whose speed drifts between runs. METRIC:FACTOR "
+                        "fails from that factor on and reports smaller changes (e.g. "
+                        "memory:2)")
     p.add_argument("--all", action="store_true", help="list unchanged cases too")
     p.set_defaults(func=cmd_compare)
 

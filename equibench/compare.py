@@ -38,7 +38,7 @@ machine label.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -417,22 +417,40 @@ def metric_kind(metric: str) -> str:
 
 def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = 1.10, alpha: float = 0.05,
             reference: str = REFERENCE, mem_floor: float = MIN_MEM_DELTA_BYTES,
-            gate: Iterable[str] = METRICS) -> list[Change]:
+            gate: Iterable[str] | Mapping[str, float | None] = METRICS) -> list[Change]:
     """Every status change and every comparable metric of every case present (ok) in both
-    tables. A regression of a metric kind not in ``gate`` is reported, not failing."""
-    gate = set(gate)
+    tables. A regression of a metric kind not in ``gate`` is reported, not failing. ``gate``
+    may map a kind to the factor from which its regressions fail (None: ``threshold``);
+    smaller ones, from ``threshold`` up, are reported."""
+    factors = {kind: None for kind in gate} if not isinstance(gate, Mapping) else dict(gate)
     if threshold <= 1:
         raise ValueError(f"threshold must be > 1 (a ratio such as 1.10), got {threshold}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if gate - set(METRICS):
-        raise ValueError(f"gate: unknown metric(s) {sorted(gate - set(METRICS))}; choose "
-                         f"from {', '.join(METRICS)}")
+    if factors.keys() - set(METRICS):
+        raise ValueError(f"gate: unknown metric(s) {sorted(factors.keys() - set(METRICS))}; "
+                         f"choose from {', '.join(METRICS)}")
+    if factors.get("status") is not None:
+        raise ValueError("gate: status changes have no factor; write 'status'")
+    bad = {k: f for k, f in factors.items() if f is not None and f < threshold}
+    if bad:
+        raise ValueError(f"gate: factors {bad} are below the threshold {threshold}, which "
+                         "already decides what counts as a change")
     ok_b, ok_n = latest_ok(base), latest_ok(new)
     changes = (_status_changes(base, new)
                + _relative_changes(ok_b, ok_n, reference, threshold, alpha)
                + _same_machine_changes(ok_b, ok_n, threshold, alpha, mem_floor))
-    return [replace(c, gates=metric_kind(c.metric) in gate) for c in changes]
+    return [replace(c, gates=_gates(c, factors)) for c in changes]
+
+
+def _gates(change: Change, factors: Mapping[str, float | None]) -> bool:
+    """Whether a regression of this change fails the check: its metric kind is gated and,
+    where the gate names a factor, it got worse by that much."""
+    kind = metric_kind(change.metric)
+    if kind not in factors:
+        return False
+    factor = factors[kind]
+    return factor is None or change.verdict != "regression" or change.worse_by >= factor
 
 
 def _fmt(value: float) -> str:

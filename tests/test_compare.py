@@ -291,6 +291,40 @@ def test_memory_regression_needs_threshold_and_floor(base):
     assert all(c.verdict == "unchanged" for c in floor)
 
 
+def test_a_gate_factor_fails_large_changes_and_reports_smaller_ones(base, tmp_path, capsys):
+    """``memory:2``: memory regressions from 2x fail, those between the threshold and 2x are
+    reported (CI's gate on this VM, whose peak memory moved up to 1.36x between runs)."""
+    rows = (base["implementation"] == "cuequivariance") & (base["peak_mem_bytes"] > 0)
+    before = base.copy()
+    before.loc[rows, "peak_mem_bytes"] = 64 * 2**20
+
+    def grown(factor: float) -> pd.DataFrame:
+        new = before.copy()
+        new.loc[rows, "peak_mem_bytes"] = int(64 * 2**20 * factor)
+        return new
+
+    for factor, fails in ((1.6, False), (2.5, True)):
+        changes = compare.compare(before, grown(factor), threshold=1.5,
+                                  gate={"status": None, "memory": 2.0})
+        memory = [c for c in changes if c.metric == "peak memory" and c.verdict == "regression"]
+        assert memory and all(c.fails == fails for c in memory), factor
+        assert any(c.fails for c in changes) == fails
+    results.write_atomic(before, tmp_path / "base.parquet")
+    results.write_atomic(grown(1.6), tmp_path / "new.parquet")
+    argv = ["compare", str(tmp_path / "base.parquet"), str(tmp_path / "new.parquet"),
+            "--threshold", "1.5", "--gate"]
+    assert _cli([*argv, "status,memory:2"]) == 0
+    assert "| regression (report) |" in capsys.readouterr().out
+    assert _cli([*argv, "status,memory"]) == 1
+    for bad in ("memory:x", "mem:2"):
+        with pytest.raises(SystemExit):
+            _cli([*argv, bad])
+    with pytest.raises(ValueError, match="status changes have no factor"):
+        compare.compare(base, base, gate={"status": 2.0})
+    with pytest.raises(ValueError, match="below the threshold"):
+        compare.compare(base, base, threshold=1.5, gate={"memory": 1.2})
+
+
 def test_compare_cli_exit_status_and_table(base, tmp_path, capsys):
     results.write_atomic(base, tmp_path / "base.parquet")
     results.write_atomic(_slow_down(base, "cuequivariance", 1.5), tmp_path / "slow.parquet")
