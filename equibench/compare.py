@@ -422,7 +422,7 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = 1.10, alph
     tables. A regression of a metric kind not in ``gate`` is reported, not failing. ``gate``
     may map a kind to the factor from which its regressions fail (None: ``threshold``);
     smaller ones, from ``threshold`` up, are reported."""
-    factors = {kind: None for kind in gate} if not isinstance(gate, Mapping) else dict(gate)
+    factors = dict(gate) if isinstance(gate, Mapping) else dict.fromkeys(gate)
     if threshold <= 1:
         raise ValueError(f"threshold must be > 1 (a ratio such as 1.10), got {threshold}")
     if not 0 < alpha < 1:
