@@ -20,7 +20,7 @@ Per case:
 
 Which metrics fail the check is the caller's choice (``gate``): on a shared machine whose
 speed drifts between runs more than a threshold worth having, a metric can be reported
-without failing.
+without failing, or fail only from a larger factor than the threshold that reports it.
 
 A change counts only when it passes the ratio threshold *and* a one-sided test gives
 p < alpha (asv's rule): a Mann-Whitney U test on the samples where the sample counts can
@@ -102,7 +102,7 @@ class Change:
     verdict: str  # regression, improvement, unchanged, not compared
     detectable: float = math.nan  # smallest worse_by its samples could flag
     note: str = ""
-    gates: bool = True  # whether a regression of this metric fails the check
+    gates: bool = True  # whether this change, if a regression, fails the check (see _gates)
 
     @property
     def ratio(self) -> float:
