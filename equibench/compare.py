@@ -47,7 +47,7 @@ from scipy.stats import mannwhitneyu, ttest_ind
 
 from equibench.cases import KEY_FIELDS
 from equibench.paired import join_speedups, samples_of, speedup_samples
-from equibench.results import TIMED_STATUSES, blank_row
+from equibench.results import COMPARABLE_STATUSES, TIMED_STATUSES, blank_row
 
 KEY_COLUMNS: tuple[str, ...] = KEY_FIELDS
 MATCH_COLUMNS: tuple[str, ...] = (*KEY_FIELDS, "threads", "cpu_allocator")
@@ -60,7 +60,9 @@ REFERENCE = "e3nn"
 MIN_MEM_DELTA_BYTES = 4 * 2**20
 METRICS = ("status", "speedup", "time", "memory")
 # Worse statuses rank higher: a change to a higher rank is a regression.
-STATUS_RANK = {"ok": 0, "imported": 0, "unavailable": 1, "incorrect": 2, "oom": 2, "error": 2}
+# An ok case that became unverifiable lost its verification: a regression like incorrect.
+STATUS_RANK = {"ok": 0, "imported": 0, "unavailable": 1, "unverifiable": 2, "incorrect": 2,
+               "oom": 2, "error": 2}
 
 
 def machine_labels(frame: pd.DataFrame) -> pd.Series:
@@ -83,9 +85,9 @@ def latest(frame: pd.DataFrame, keys: Iterable[str]) -> pd.DataFrame:
 
 
 def latest_ok(frame: pd.DataFrame) -> pd.DataFrame:
-    """Timed rows (ok or imported), one per case and machine: the most recent when a table
-    holds several runs."""
-    return latest(frame[frame["status"].isin(TIMED_STATUSES)],
+    """Timed rows that may be compared (ok or imported, never unverifiable), one per case
+    and machine: the most recent when a table holds several runs."""
+    return latest(frame[frame["status"].isin(COMPARABLE_STATUSES)],
                   [*MATCH_COLUMNS, *SAME_MACHINE])
 
 

@@ -16,11 +16,15 @@ import pandas as pd
 
 from equibench.files import atomic_write
 
-STATUSES = ("ok", "incorrect", "oom", "unavailable", "error", "imported")
-# Rows with timings: ``ok`` (gated against the float64 reference, then timed) and
-# ``imported`` (timed elsewhere, e.g. pytest-benchmark: never gated, so never a claim's
-# evidence; compare and the dashboard still use their times).
-TIMED_STATUSES = ("ok", "imported")
+STATUSES = ("ok", "unverifiable", "incorrect", "oom", "unavailable", "error", "imported")
+# Rows with timings: ``ok`` (gated against the float64 reference, then timed),
+# ``unverifiable`` (a low precision whose real rounding error is as large as the planted
+# error its gate must reject, equibench.correctness: timed and shown as such, never
+# evidence) and ``imported`` (timed elsewhere, e.g. pytest-benchmark: never gated).
+TIMED_STATUSES = ("ok", "unverifiable", "imported")
+# Timed rows whose times regression checks compare: never an unverifiable one. Claims and
+# targets take ``ok`` rows alone.
+COMPARABLE_STATUSES = ("ok", "imported")
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("batch", "int", "work items per call (products for tp, MD steps for md, structures "
            "otherwise)"),
     Column("device", "str", "cpu or cuda:N, the device the case ran on"),
-    Column("status", "str", "ok, incorrect, oom, unavailable, error"),
+    Column("status", "str", "ok, unverifiable, incorrect, oom, unavailable, error, imported"),
     Column("reason", "str", "why the status is not ok (empty when ok)"),
     Column("time_median_s", "float", "median seconds per call (NaN unless ok)"),
     Column("time_iqr_s", "float", "interquartile range of the samples, seconds"),
