@@ -5,6 +5,7 @@ import os
 import sys
 
 from equibench import config as eqcfg
+from equibench import run_ids
 
 # Rules call the `equibench` command: take it from the environment Snakemake runs in, even
 # when that environment is not activated (e.g. `.venv/bin/snakemake`).
@@ -24,6 +25,15 @@ except eqcfg.ConfigError as err:
     raise WorkflowError(str(err)) from None
 
 RUN = f"results/{CFG['name']}"
+
+# One run id for every job of this invocation (claims pair rows of different suites within
+# one run, and count two invocations as two runs); jobs that parse this file again, on a
+# cluster, inherit it through the environment.
+os.environ.setdefault(run_ids.ENV, run_ids.new_run_id(CFG["name"]))
+
+
+envvars:
+    run_ids.ENV,
 
 
 include: "workflows/common.smk"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from equibench import config as config_mod
+from equibench import run_ids
 from equibench.cases import DIRECTIONS, LEVELS, expand
 from equibench.devices import require
 
@@ -78,7 +79,9 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None,
                  if value is not None}
     measure = MeasureConfig(**{**given["measure"], **overrides})
     return RunSettings(
-        run_id=getattr(args, "run_id", None) or given.get("name", "adhoc"),
+        # Unique per invocation (the workflow's jobs share theirs): two runs of one
+        # configuration must count as two in claims and targets.
+        run_id=run_ids.current(given.get("name", "adhoc")),
         threads=args.threads if getattr(args, "threads", None) is not None
         else given["threads"],
         seed=given["seed"],

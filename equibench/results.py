@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from equibench.files import atomic_write
+from equibench.run_ids import config_name_of
 
 STATUSES = ("ok", "unverifiable", "incorrect", "oom", "unavailable", "error", "imported")
 # Rows with timings: ``ok`` (gated against the float64 reference, then timed),
@@ -35,7 +36,9 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("run_id", "str", "identifier of the run that produced the row"),
+    Column("run_id", "str", "unique identifier of the run that produced the row: "
+           "<configuration name>-<UTC time>-<random> (equibench.run_ids)"),
+    Column("config_name", "str", "name of the configuration that ran it (results/<name>/)"),
     Column("level", "str", "tp (bare tensor product), conv (fused with gather/scatter), model, "
            "md (molecular dynamics)"),
     Column("workload", "str", "problem name, e.g. mace-large"),
@@ -99,8 +102,9 @@ COLUMNS: tuple[Column, ...] = (
 )
 COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 # Columns added after tables were first written: a table without them (an older baseline or
-# history) reads with their defaults, the allocator taken from ``extra`` where it was kept.
-LATER_COLUMNS = ("round_times_s", "rounds_id", "disturbed", "cpu_allocator")
+# history) reads with their defaults, the allocator taken from ``extra`` where it was kept
+# and the configuration's name from ``run_id`` (_fill_config_name).
+LATER_COLUMNS = ("round_times_s", "rounds_id", "disturbed", "cpu_allocator", "config_name")
 _DEFAULTS = {"str": "", "int": -1, "float": math.nan, "bool": False, "list": []}
 
 
@@ -163,6 +167,17 @@ def _add_later_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _fill_config_name(frame: pd.DataFrame) -> pd.DataFrame:
+    """``config_name`` from ``run_id`` where it is blank: older tables, and rows whose writer
+    set the run id alone."""
+    blank = frame["config_name"] == ""
+    if not blank.any():
+        return frame
+    frame = frame.copy()
+    frame.loc[blank, "config_name"] = frame.loc[blank, "run_id"].map(config_name_of)
+    return frame
+
+
 def validate(frame: pd.DataFrame) -> pd.DataFrame:
     """Check columns, types and statuses; return the frame with canonical dtypes."""
     frame = _add_later_columns(frame)
@@ -176,6 +191,7 @@ def validate(frame: pd.DataFrame) -> pd.DataFrame:
         raise SchemaError(
             f"column 'status' has {bad_status.iloc[0]!r}; allowed: {', '.join(STATUSES)}"
         )
+    frame = _fill_config_name(frame)
     timed = frame["status"].isin(TIMED_STATUSES)
     untimed = frame.loc[timed & frame["time_median_s"].isna()]
     if len(untimed):

@@ -59,6 +59,10 @@ def test_table_has_every_case(tiny_run):
     gpu_only = frame[frame["implementation"] == "openequivariance"]
     assert len(gpu_only) == 8 and (gpu_only["status"] == "unavailable").all()
     assert gpu_only["reason"].str.contains("GPU").all()
+    # One id for the invocation, unique to it, under the folder named after the
+    # configuration; the name has its own column.
+    (run,) = set(frame["run_id"])
+    assert run.startswith("tiny-") and set(frame["config_name"]) == {"tiny"}
 
 
 def test_dashboard_is_self_contained(tiny_run):
