@@ -44,13 +44,16 @@ PROBLEM_COLUMNS = ["level", "workload", "implementation", "direction", "precisio
                    "device", "status", "reason"]
 VERDICT_RULE = (
     "Measured: what the claim's wording supports over matched pairs of cases ('up to' claims: "
-    "the max; others: the geometric mean), with min / geomean / max over the pairs beside it "
-    "and every pair listed below. The 95% interval is a bootstrap over runs and interleaved "
-    "rounds; from one run it is widened for the run-to-run spread measured on the CI VM. "
-    "Reproduced: measured on the claimed hardware and the interval's lower bound is at least "
-    "claimed / 1.1 (the claim's tolerance). Different hardware: measured elsewhere, never "
-    "'reproduced'. Not measured: no matching ok rows that can count (fallback and synthetic "
-    "rows never do), or the claim cannot be measured by this tool.")
+    "the upper quartile over pairs, so that one noisy pair cannot carry it; others: the "
+    "geometric mean), each pair the median of its paired per-round ratios, with min / geomean "
+    "/ max over the pairs beside it and every pair listed below. The 95% interval is a "
+    "bootstrap over runs (each run its own id) and interleaved rounds; from one run it is "
+    "widened for the run-to-run spread measured on the CI VM. Reproduced: measured on the "
+    "claimed hardware and the interval's lower bound is at least claimed / 1.1 (the claim's "
+    "tolerance). Different hardware: measured elsewhere, never 'reproduced'. Not measured: no "
+    "matching rows that can count (synthetic, disturbed, fallback, amortized and not-ok rows "
+    "never do; a max-batch claim needs the baseline's out-of-memory at the next batch it "
+    "tried), or the claim cannot be measured by this tool.")
 HEADLINE_RULE = (
     "Per level, workload and direction on each machine: the fastest implementation (for "
     "models, the tensor-product backend and the model's variant) by throughput, among the "

@@ -2,10 +2,22 @@
 
 A claim (``claims.yaml``) is a ratio of one quantity between two selected sets of cases,
 or an absolute value of one set. :func:`evaluate` pairs the rows of each run (both sides
-from one run, host and machine), computes the ratio per pair and run, and takes, per pair,
-the median over the runs that measured it. Every pair is listed (``ClaimResult.pair_list``)
-with the min, geometric mean and max over pairs; the claim's measured value is the
-aggregate its wording supports (``max`` for "up to N x" claims, else the geometric mean).
+from one run, host and machine; a run is one ``run_id``, unique per invocation), computes
+the ratio per pair and run (rows timed in the same interleaved rounds: the median of the
+per-round ratios), and takes, per pair, the median over the runs that measured it. Every
+pair is listed (``ClaimResult.pair_list``) with the min, geometric mean and max over pairs;
+the claim's measured value is the aggregate its wording supports: for "up to N x" claims
+the upper quartile over pairs (``upper_quartile``: a quarter of the pairs reach it, so one
+noisy pair cannot carry the claim as the maximum let it), else the geometric mean.
+
+Rows that can never be evidence (:func:`excluded`): any status but ``ok`` (an
+``unverifiable`` row included), synthetic rows, rows measured on a disturbed machine, a
+fallback code path (``extra.code_path.fallback``, e.g. cuEquivariance's pure-PyTorch path)
+and amortized rows (``extra.amortized``: work done outside the timed call). The note counts
+those left out. A ``max_batch`` ratio also needs the denominator's out-of-memory at the next
+batch it tried above its largest ok batch; otherwise its limit was never measured and the
+claim is ``not measured``, saying why. The project's own targets (``targets.yaml``,
+``equibench.targets``) are judged by this engine too.
 
 The 95% interval is a bootstrap over runs and, within each run, over its interleaved rounds
 (or raw samples where rows were timed apart), so it holds the run-to-run spread where the
@@ -15,7 +27,8 @@ the CI VM by ``benchmarks/noise.py``) and the note says so.
 
 Verdict rule, per claim and machine:
 
-- ``not measured``: the claim is marked ``measurable: false``, or no ok rows match it;
+- ``not measured``: the claim is marked ``measurable: false``, or no rows that can count
+  match it (per machine where rows matched but none can count, with the reasons);
 - ``different hardware``: rows matched, but the machine (the GPU name, else the CPU model)
   does not name the claim's ``hardware`` (as a token: ``A100`` is in
   ``NVIDIA A100-SXM4-80GB``, not in ``RTX A1000``); never ``reproduced``;
@@ -39,6 +52,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -48,6 +62,7 @@ from equibench.compare import KEY_COLUMNS, machine_labels
 from equibench.paired import is_paired, samples_of
 from equibench.results import code_path
 
+T = TypeVar("T")
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 DIFFERENT_HARDWARE = "different hardware"
@@ -56,7 +71,7 @@ NOT_MEASURED = "not measured"
 
 # quantity -> bigger is better
 QUANTITIES = {"throughput": True, "time": False, "peak_mem_bytes": False, "max_batch": True}
-AGGREGATES = ("geomean", "max")
+AGGREGATES = ("geomean", "upper_quartile")
 SELECTOR_COLUMNS = ("level", "workload", "implementation", "variant", "direction", "precision",
                     "batch")
 BOOTSTRAP_RESAMPLES = 2000
@@ -64,7 +79,8 @@ BOOTSTRAP_RESAMPLES = 2000
 # VM (benchmarks/noise.py, 87 tp and conv cases, quick preset): 95th percentile of
 # |log(b / a)| = log 1.38 (median 1.12, worst 1.79). A one-run interval is widened by it.
 SINGLE_RUN_SPREAD = 1.38
-WORDING = {"max": "up to (max over pairs)", "geomean": "typical (geometric mean over pairs)"}
+WORDING = {"upper_quartile": "up to (upper quartile over pairs: a quarter reach it)",
+           "geomean": "typical (geometric mean over pairs)"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +108,9 @@ class Claim:
     reason: str = ""
     # What GPU-only thing the claim's cases need ('' if none): said where none of them ran.
     needs_gpu: str = ""
+    # Pairs only at the largest batch both sides ran (per pair otherwise alike, run and
+    # machine), e.g. "at the largest batch where both ran".
+    largest_batch: bool = False
 
     def __post_init__(self) -> None:
         if self.quantity not in QUANTITIES:
@@ -115,6 +134,9 @@ class Claim:
                                  f"in {', '.join(SELECTOR_COLUMNS)}")
         if self.quantity == "max_batch" and self.denominator is None:
             raise ValueError(f"claim {self.id}: max_batch is only meaningful as a ratio")
+        if self.largest_batch and ("batch" in self.numerator or self.quantity == "max_batch"):
+            raise ValueError(f"claim {self.id}: largest_batch picks the batch itself; fix "
+                             "none in the selectors (and not with max_batch)")
         if self.denominator is not None and \
                 ("batch" in self.numerator) != ("batch" in self.denominator):
             # A batch fixed on one side only would pair that batch with every batch of
@@ -162,6 +184,8 @@ class ClaimResult:
 
     ``measured`` is the aggregate the claim's wording supports (``claim.aggregate``);
     ``pair_min``/``pair_geomean``/``pair_max`` summarize ``pair_list`` whatever the wording.
+    ``ci_low``/``ci_high`` (and each pair's) are widened for run-to-run spread where one run
+    measured a timing.
     """
 
     claim: Claim
@@ -180,25 +204,35 @@ class ClaimResult:
     pair_list: tuple[PairResult, ...] = ()
 
 
-def load(path: str | Path | None = None) -> list[Claim]:
-    """The claims in ``path``, or the packaged ``claims.yaml``."""
+def load_entries(path: str | Path | None, packaged: str, key: str, kind: type[T]
+                 ) -> tuple[list[T], dict, str]:
+    """The entries under ``key`` of the YAML file ``path`` (else equibench's packaged file
+    ``packaged``), each built as ``kind`` (a dataclass: an unknown key is named), with the
+    whole document and the file's name for messages. ``claims.yaml`` and ``targets.yaml``
+    are read by it."""
     if path is None:
-        text = importlib.resources.files("equibench").joinpath("claims.yaml").read_text()
-        where = "equibench/claims.yaml"
+        text = importlib.resources.files("equibench").joinpath(packaged).read_text()
+        where = f"equibench/{packaged}"
     else:
         text, where = Path(path).read_text(), str(path)
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as err:
         raise ValueError(f"{where} is not valid YAML: {err}") from None
-    allowed = {f.name for f in fields(Claim)}
-    claims = []
-    for entry in data.get("claims", []):
+    allowed = {f.name for f in fields(kind)}
+    entries = []
+    for entry in data.get(key, []):
         unknown = set(entry) - allowed
         if unknown:
-            raise ValueError(f"{where}: claim {entry.get('id', '?')}: unknown key(s) "
+            raise ValueError(f"{where}: {key[:-1]} {entry.get('id', '?')}: unknown key(s) "
                              f"{sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
-        claims.append(Claim(**entry))
+        entries.append(kind(**entry))
+    return entries, data, where
+
+
+def load(path: str | Path | None = None) -> list[Claim]:
+    """The claims in ``path``, or the packaged ``claims.yaml``."""
+    claims, _, where = load_entries(path, "claims.yaml", "claims", Claim)
     keys = [(c.id, c.version) for c in claims]
     duplicated = sorted({f"{i} {v}".strip() for i, v in keys if keys.count((i, v)) > 1})
     if duplicated:
@@ -207,7 +241,8 @@ def load(path: str | Path | None = None) -> list[Claim]:
     return claims
 
 
-def _select(frame: pd.DataFrame, selector: Mapping[str, object]) -> pd.DataFrame:
+def select(frame: pd.DataFrame, selector: Mapping[str, object]) -> pd.DataFrame:
+    """The rows of ``frame`` that a claim's (or a target's) selector picks."""
     mask = np.ones(len(frame), dtype=bool)
     for column, wanted in selector.items():
         values = wanted if isinstance(wanted, list) else [wanted]
@@ -275,13 +310,61 @@ class _Bootstrap:
         return row["batch"] / medians if self.quantity == "throughput" else medians
 
 
-def _excluded(extra: str) -> str:
-    """Why a row cannot be a claim's evidence ('' when it can): synthetic (``extra.synthetic``)
-    or a fallback path (``extra.code_path.fallback``)."""
-    if extra and json.loads(extra).get("synthetic"):
+def excluded(row: pd.Series) -> str:
+    """Why an ok row cannot be evidence for a claim or a target ('' when it can): synthetic
+    (``extra.synthetic``: never measured), measured on a disturbed machine (``disturbed``),
+    a fallback code path (``extra.code_path.fallback``: not the product the ratio is about)
+    or amortized (``extra.amortized``: part of its work was done outside the timed call)."""
+    extra = json.loads(row["extra"]) if row["extra"] else {}
+    if extra.get("synthetic"):
         return "synthetic rows (not measured)"
-    fallback = code_path(extra).get("fallback", "")
-    return f"fallback: {fallback}" if fallback else ""
+    if row["disturbed"]:
+        return "measured on a disturbed machine"
+    fallback = code_path(row["extra"]).get("fallback", "")
+    if fallback:
+        return f"fallback: {fallback}"
+    if extra.get("amortized"):
+        return "amortized (work done outside the timed call)"
+    return ""
+
+
+def _case(row: pd.Series) -> str:
+    """A case without its batch (as a max-batch note names it)."""
+    return side(row).rsplit(" b=", 1)[0]
+
+
+def _unconfirmed_limits(claim: Claim, frame: pd.DataFrame, ok: pd.DataFrame,
+                        why: pd.Series) -> pd.Series:
+    """``why`` with a reason for every denominator row of a ``max_batch`` claim whose largest
+    ok batch is not shown to be its limit: the next batch it tried above it (any status, in
+    ``frame``) must have run out of memory (``oom``). Without that the ratio would be bounded
+    by the batches the sweep happened to run, or by a timeout or error, not by memory."""
+    assert claim.denominator is not None  # max_batch claims are ratios (Claim checks it)
+    keys = [*_pair_keys(claim), "run_id", "host"]
+    tried = select(frame, claim.denominator).copy()
+    tried["machine"] = machine_labels(tried)
+    tried_groups = dict(list(tried.groupby(keys, sort=False, dropna=False)))
+    den = select(ok[why == ""], claim.denominator)
+    why = why.copy()
+    for key, rows in den.groupby(keys, sort=False, dropna=False):
+        largest = int(rows["batch"].max())
+        above = tried_groups[key]
+        above = above[above["batch"] > largest]
+        if above.empty:
+            found = (f"its largest ok batch {largest} is the largest it ran, so its "
+                     "out-of-memory size is not measured")
+        else:
+            nxt = above[above["batch"] == above["batch"].min()]
+            if (nxt["status"] == "oom").all():
+                continue
+            first = nxt[nxt["status"] != "oom"].iloc[0]
+            status = (f"ok but cannot count ({why.get(first.name, '')})"
+                      if first["status"] == "ok" else
+                      f"{first['status']} ({str(first['reason'])[:80]})")
+            found = (f"after its largest ok batch {largest}, batch {int(first['batch'])} was "
+                     f"{status}, not out of memory")
+        why[rows.index] = f"max batch not measured: {_case(rows.iloc[0])}: {found}"
+    return why
 
 
 def _max_batch_rows(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -295,20 +378,23 @@ def _pairs(claim: Claim, ok: pd.DataFrame) -> pd.DataFrame:
     are the same in every run. An absolute claim has numerator rows only."""
     keys = _pair_keys(claim)
     run = ["run_id", "host"]
-    num = _select(ok, claim.numerator)
+    num = select(ok, claim.numerator)
     if claim.denominator is None:
         pairs = num[[*keys, *run]].assign(num_index=num.index)
     else:
-        den = _select(ok, claim.denominator)
+        den = select(ok, claim.denominator)
         if claim.quantity == "max_batch":
             num, den = _max_batch_rows(num, keys + run), _max_batch_rows(den, keys + run)
         left = num[[*keys, *run]].assign(num_index=num.index)
         right = den[[*keys, *run]].assign(den_index=den.index)
         pairs = left.merge(right, on=[*keys, *run])
+    if claim.largest_batch and not pairs.empty:
+        alike = [k for k in keys if k != "batch"] + run
+        pairs = pairs[pairs["batch"] == pairs.groupby(alike)["batch"].transform("max")]
     return pairs.assign(run=pairs["run_id"].astype(str) + "@" + pairs["host"].astype(str))
 
 
-def _side(row: pd.Series) -> str:
+def side(row: pd.Series) -> str:
     """A case as the pairs list names it."""
     variant = "" if row["variant"] == "default" else f"[{row['variant']}]"
     return (f"{row['implementation']}{variant} {row['level']}/{row['workload']} "
@@ -331,17 +417,19 @@ def _pair_value(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, pair: pd.Serie
     return den_point / point, den_reps / reps
 
 
-def _disturbed_rows(ok: pd.DataFrame, pairs: pd.DataFrame) -> int:
-    """How many distinct rows of ``pairs`` were measured on a disturbed machine: they
-    still count (as in ``compare``), and the claim's note says so."""
-    indices = {*pairs["num_index"], *pairs.get("den_index", [])}
-    return int((ok.loc[sorted(indices), "disturbed"] != "").sum())
+def _left_out(pairs: pd.DataFrame, why: pd.Series) -> str:
+    """The rows of ``pairs`` that cannot count, by reason: '3 x measured on a disturbed
+    machine; 1 x fallback: ...' ('' when every row counts)."""
+    indices = sorted({*pairs["num_index"], *pairs.get("den_index", [])})
+    reasons = why[indices]
+    counts = reasons[reasons != ""].value_counts(sort=False)
+    return "; ".join(f"{n} x {reason}" for reason, n in sorted(counts.items()))
 
 
 def _aggregate(ratios: np.ndarray, how: str) -> np.ndarray:
     """Aggregate over the last axis (pairs)."""
-    if how == "max":
-        return ratios.max(axis=-1)
+    if how == "upper_quartile":
+        return np.percentile(ratios, 75, axis=-1)
     return np.exp(np.log(ratios).mean(axis=-1))
 
 
@@ -381,38 +469,50 @@ def _evaluate_machine(claim: Claim, boot: _Bootstrap, ok: pd.DataFrame, group: p
     points = np.full((len(pair_ids), len(runs)), np.nan)
     reps = np.full((len(pair_ids), len(runs), boot.resamples), np.nan)
     names = []
+    measured_in: dict[tuple[int, int], list[tuple[float, np.ndarray]]] = {}
     for p, indices in enumerate(pair_ids):
         rows = group.loc[indices]
         first = ok.loc[rows["num_index"].iloc[0]]
-        den = (_side(ok.loc[rows["den_index"].iloc[0]]) if claim.denominator is not None
+        den = (side(ok.loc[rows["den_index"].iloc[0]]) if claim.denominator is not None
                else f"(absolute, x {claim.scale:g})")
-        names.append((_side(first), den))
+        names.append((side(first), den))
         for _, pair in rows.iterrows():
-            u = runs.index(pair["run"])
-            points[p, u], reps[p, u] = _pair_value(claim, boot, ok, pair)
+            measured_in.setdefault((p, runs.index(pair["run"])), []).append(
+                _pair_value(claim, boot, ok, pair))
+    for (p, u), values in measured_in.items():
+        points[p, u] = np.median([point for point, _ in values])
+        reps[p, u] = np.median([r for _, r in values], axis=0)
     run_picks = boot.rng.integers(0, len(runs), size=(boot.resamples, len(runs)))
     pair_points, pair_reps = _over_runs(points, reps, run_picks)
     measured = float(_aggregate(pair_points, claim.aggregate))
     low, high = np.percentile(_aggregate(pair_reps.T, claim.aggregate), [2.5, 97.5])
     notes = []
+    widen = 1.0
     if len(runs) == 1 and claim.quantity in ("throughput", "time"):
         # One run cannot show how much the next run's timings would move: widen by the
         # spread measured between runs (never narrower than the rounds' own interval).
         # Memory and batch counts are not timings: that spread says nothing about them.
-        low, high = low / run_spread, high * run_spread
+        widen = run_spread
         notes.append(f"one run: interval widened x/÷ {run_spread:g} for run-to-run spread "
                      "(measured between runs on the CI VM); more runs measure it")
     elif len(runs) == 1:
         notes.append("one run: a single measurement, its run-to-run spread not known")
-    disturbed = _disturbed_rows(ok, group)
-    if disturbed:
-        notes.append(f"{disturbed} of the pairs' rows were measured on a disturbed machine "
-                     "(their `disturbed` column says why)")
+    repeated = sum(len(values) > 1 for values in measured_in.values())
+    if repeated:
+        # Tables written before run ids were unique name every run of a configuration
+        # alike: such rows cannot be told apart, so they count as one run, at their median.
+        notes.append(f"{repeated} pair(s) had several rows under one run id (runs of one "
+                     "configuration before run ids were unique): counted as one run each")
+    if claim.aggregate == "upper_quartile":
+        notes.append("up to: the upper quartile over pairs, each pair the median of its "
+                     "paired per-round ratios (of medians where timed apart)")
+    low, high = low / widen, high * widen
     note = "; ".join(notes)
     match, verdict = _verdict(claim, machine, float(low))
     pair_list = tuple(
         PairResult(num, den, int(np.sum(~np.isnan(points[p]))), float(pair_points[p]),
-                   *(float(v) for v in np.percentile(pair_reps[p], [2.5, 97.5])))
+                   *(float(v) * f for v, f in zip(np.percentile(pair_reps[p], [2.5, 97.5]),
+                                                  (1 / widen, widen), strict=True)))
         for p, (num, den) in enumerate(names))
     return ClaimResult(claim, verdict, machine=machine, measured=measured, ci_low=float(low),
                        ci_high=float(high), pairs=len(pair_ids), hardware_match=match,
@@ -433,18 +533,46 @@ def evaluate_claim(claim: Claim, frame: pd.DataFrame, resamples: int = BOOTSTRAP
     if claim.quantity == "peak_mem_bytes":
         ok = ok[ok["peak_mem_bytes"] > 0]  # -1: not measured; 0: below the method's resolution
     ok["machine"] = machine_labels(ok)
-    # A fallback (e.g. cuEquivariance's pure-PyTorch path) is not the product a claim is
-    # about, and synthetic rows were never measured: neither ever counts.
-    excluded = ok["extra"].map(_excluded)
-    pairs = _pairs(claim, ok[excluded == ""])
+    why = pd.Series([excluded(row) for _, row in ok.iterrows()], index=ok.index, dtype=str)
+    # The rows a claim could have used, for naming those left out: with max_batch, also the
+    # largest batch among rows that count as rows (which the limit check may then refuse).
+    candidates = [ok]
+    if claim.quantity == "max_batch":
+        candidates.append(ok[why == ""])
+        why = _unconfirmed_limits(claim, frame, ok, why)
+    eligible = ok[why == ""]
+    pairs = _pairs(claim, eligible)
     boot = _Bootstrap(claim.quantity, resamples, seed)
     found = [_evaluate_machine(claim, boot, ok, group, str(machine), run_spread)
              for machine, group in pairs.groupby("machine", sort=True)]
     if claim.batch is not None:  # machines that did not run the claim's own batch
-        found += _at_largest_batch(claim, boot, ok[excluded == ""], set(pairs["machine"]),
-                                   run_spread)
-    return found or [ClaimResult(claim, NOT_MEASURED,
-                                 note=_why_not_measured(claim, ok, excluded, frame))]
+        found += _at_largest_batch(claim, boot, eligible, set(pairs["machine"]), run_spread)
+    found = _say_what_was_left_out(claim, candidates, why, found)
+    return found or [ClaimResult(claim, NOT_MEASURED, note=_why_not_measured(claim, frame))]
+
+
+def _say_what_was_left_out(claim: Claim, candidates: Sequence[pd.DataFrame], why: pd.Series,
+                           found: list[ClaimResult]) -> list[ClaimResult]:
+    """``found`` with the rows of ``candidates`` that matched but cannot count named in each
+    machine's note, and a ``not measured`` result for each machine where only such rows
+    matched."""
+    # A claim whose own batch is missing is measured at the largest batch run instead.
+    sides = [claim] if claim.batch is None else [claim, claim.at_any_batch()]
+    matched = pd.concat([_pairs(c, rows) for rows in candidates for c in sides])
+    by_machine = {r.machine: i for i, r in enumerate(found)}
+    found = list(found)
+    for machine, group in matched.groupby("machine", sort=True):
+        left_out = _left_out(group, why)
+        if not left_out:
+            continue
+        if machine in by_machine:
+            result = found[by_machine[machine]]
+            found[by_machine[machine]] = replace(result, note="; ".join(
+                n for n in (result.note, f"left out: {left_out}") if n))
+        else:
+            found.append(ClaimResult(claim, NOT_MEASURED, machine=str(machine),
+                                     note=f"only rows that cannot count matched: {left_out}"))
+    return found
 
 
 def _at_largest_batch(claim: Claim, boot: _Bootstrap, eligible: pd.DataFrame,
@@ -467,18 +595,12 @@ def _at_largest_batch(claim: Claim, boot: _Bootstrap, eligible: pd.DataFrame,
     return found
 
 
-def _why_not_measured(claim: Claim, ok: pd.DataFrame, excluded: pd.Series,
-                      frame: pd.DataFrame) -> str:
-    """The note of a claim with no pair that counts: the rows that matched but cannot
-    count, else the reasons its cases did not run (e.g. a GPU-only implementation)."""
-    matched = _pairs(claim, ok)
-    if not matched.empty:
-        indices = [*matched["num_index"], *matched.get("den_index", [])]
-        reasons = sorted({excluded[i] for i in indices} - {""})
-        return "only rows that cannot count matched: " + "; ".join(reasons)
+def _why_not_measured(claim: Claim, frame: pd.DataFrame) -> str:
+    """The note of a claim that matched no ok row: the reasons its cases did not run (e.g.
+    a GPU-only implementation, or an ``unverifiable`` precision)."""
     free = claim if claim.batch is None else claim.at_any_batch()
     sides = [free.numerator, *([free.denominator] if free.denominator is not None else [])]
-    failed = pd.concat([_select(frame, side) for side in sides])
+    failed = pd.concat([select(frame, side) for side in sides])
     failed = failed[failed["status"] != "ok"]
     reasons = list(dict.fromkeys(
         f"{r.implementation} {r.precision}: {r.status} ({r.reason})"
