@@ -50,7 +50,14 @@ from equibench import (
     scaling,
 )
 from equibench.cases import Case
-from equibench.correctness import compare
+from equibench.correctness import (
+    INCORRECT,
+    INCORRECT_FROM,
+    UNVERIFIABLE,
+    GateResult,
+    check_dtypes,
+    compare,
+)
 from equibench.environment import capture
 from equibench.files import atomic_write
 from equibench.levels import Bench
@@ -179,18 +186,23 @@ def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | 
             # The first call pays compilation, JIT and first-touch costs, which the timed
             # calls exclude; it is reported (``extra.first_call_s``), never timed again.
             first_call_s = time.perf_counter() - start
-            gate = compare(bench.gated(first), _reference(bench, settings.reference_dir),
-                           precision.tolerance)
+            if wrong := check_dtypes(first, precision.output_dtypes):
+                return {**row, "status": "incorrect", "reason": wrong}, False, None
+            gate = _gate(bench, first, precision, settings.reference_dir)
             row.update(max_abs_err=gate.max_abs_err, max_scaled_err=gate.max_scaled_err)
-            if not gate.passed:
+            if gate.status == INCORRECT:
                 return {**row, "status": "incorrect", "reason": gate.message}, False, None
+            if gate.status == UNVERIFIABLE:
+                row["reason"] = gate.message
             if bench.equivariance is not None:
                 eq_err = bench.equivariance()
                 row["equivariance_err"] = eq_err
-                if not eq_err <= precision.tolerance:
-                    return {**row, "status": "incorrect",
-                            "reason": f"equivariance error {eq_err:.3e} exceeds "
-                                      f"{precision.tolerance:.1e}"}, False, None
+                message = (f"equivariance error {eq_err:.3e} exceeds "
+                           f"{precision.tolerance:.1e}")
+                if not eq_err < (INCORRECT_FROM if precision.low else precision.tolerance):
+                    return {**row, "status": "incorrect", "reason": message}, False, None
+                if eq_err > precision.tolerance and not row.get("reason"):
+                    row["reason"] = f"{message} (as large as this precision's rounding)"
             one_call, warmup_s = call_timer(bench.call, settings.measure, case.device)
     except Exception as err:  # noqa: BLE001 - every failure becomes a recorded row
         return _failed(row, err), False, None
@@ -244,11 +256,12 @@ class _Session:
             # Memory that amortized work keeps between calls belongs to every call.
             row["peak_mem_bytes"] = peak + bench.kept_bytes if peak >= 0 else peak
             if self.case.direction != "train_step":
-                gate = compare(bench.gated(last), _reference(bench, self.reference_dir),
-                               self.precision.tolerance)
-                if not gate.passed:
+                gate = _gate(bench, last, self.precision, self.reference_dir)
+                if gate.status == INCORRECT:
                     return {**row, "status": "incorrect",
                             "reason": f"after timing, the last call: {gate.message}"}
+                if gate.status == UNVERIFIABLE and not row.get("reason"):
+                    row["reason"] = f"after timing, the last call: {gate.message}"
         except Exception as err:  # noqa: BLE001
             return _failed(row, err)
         median = timing.median
@@ -262,7 +275,8 @@ class _Session:
                         "kept_bytes": bench.kept_bytes,
                         **({"machine_load": load} if load else {})}
         return {
-            **row, "status": "ok",
+            # A reason on a timed row is the gate's: a low precision it could not verify.
+            **row, "status": "unverifiable" if row.get("reason") else "ok",
             "time_median_s": median, "time_iqr_s": timing.iqr,
             "time_samples": timing.samples, "repeats": timing.repeats,
             "round_times_s": timing.round_medians, "rounds_id": rounds_id,
@@ -273,6 +287,12 @@ class _Session:
             "gbytes_per_s": bench.bytes / median / 1e9 if not math.isnan(bench.bytes)
             else math.nan,
         }
+
+
+def _gate(bench: Bench, outputs: dict, precision: Precision, directory: str) -> GateResult:
+    """The gate's verdict on a call's ``outputs`` (see :mod:`equibench.correctness`)."""
+    return compare(bench.gated(outputs), _reference(bench, directory), precision.tolerance,
+                   floors=bench.floors, low_precision=precision.low)
 
 
 def _reference(bench: Bench, directory: str) -> dict:

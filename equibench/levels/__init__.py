@@ -27,6 +27,10 @@ class Bench:
     comparable form costs work a step would not do: a projection of every gradient, a
     native layout turned back into the reference's.
 
+    ``floors`` (by output name; absent: 0) is the smallest scale an output is judged at
+    (``correctness.errors``): where a quantity's reference can be small by cancellation
+    alone, its floor says the magnitude its rounding is made at.
+
     ``summary`` (None: nothing) gives metrics of the case's whole run from the median
     seconds per call, after timing, for the row's ``extra``: an MD run's ns/day and its
     energy drift over every call.
@@ -45,6 +49,7 @@ class Bench:
     kept_bytes: int = 0
     gate_view: Callable[[Outputs], Outputs] | None = None
     summary: Callable[[float], dict] | None = None
+    floors: dict[str, float] = field(default_factory=dict)
 
     def gated(self, outputs: Outputs) -> Outputs:
         """``outputs`` as the gate compares them (see ``gate_view``)."""

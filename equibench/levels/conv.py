@@ -283,7 +283,8 @@ def conv_inputs(problem: TPProblem, graph: ConvGraph, seed: int) -> dict[str, to
     y = o3.spherical_harmonics(o3.Irreps(problem.irreps_in2), graph.edge_vec, normalize=True,
                                normalization="component")
     return {"x": randn(n, d1), "y": y, "w": randn(e, problem.weight_numel),
-            "grad_out": randn(n, dout), "probe_x": randn(n, d1), "probe_y": randn(*y.shape)}
+            "grad_out": randn(n, dout), "probe_x": randn(n, d1), "probe_y": randn(*y.shape),
+            "probe_w": randn(e, problem.weight_numel)}
 
 
 def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int) -> Bench:
@@ -299,7 +300,7 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         fn = functools.partial(_bound, conv, src, dst, n, graph.blocks)
         call = directional_call(case.direction, fn, [data["x"], data["y"], data["w"]],
                                 ["x", "y", "w"], data["grad_out"],
-                                [data["probe_x"], data["probe_y"]])
+                                [data["probe_x"], data["probe_y"], data["probe_w"]])
         return fn, data, call
 
     conv = impl.build_conv(problem, dtype, case.device, case.variant)

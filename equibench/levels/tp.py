@@ -17,7 +17,8 @@ from equibench.workloads import TPProblem, get_tp_workload
 
 
 def tp_inputs(problem: TPProblem, batch: int, seed: int) -> dict[str, torch.Tensor]:
-    """Float64 inputs, output cotangent and double-backward probes, seeded."""
+    """Float64 inputs, output cotangent and double-backward probes (one per input, the
+    weights' too), seeded."""
     g = torch.Generator().manual_seed(seed)
     d1, d2, dout = problem.dims
 
@@ -27,6 +28,7 @@ def tp_inputs(problem: TPProblem, batch: int, seed: int) -> dict[str, torch.Tens
     return {
         "x": randn(batch, d1), "y": randn(batch, d2), "w": randn(batch, problem.weight_numel),
         "grad_out": randn(batch, dout), "probe_x": randn(batch, d1), "probe_y": randn(batch, d2),
+        "probe_w": randn(batch, problem.weight_numel),
     }
 
 
@@ -66,7 +68,7 @@ def e3nn_outputs(layout: OperandLayout | None) -> Callable[[Outputs], Outputs] |
 def _bench_fn(fn: TPFunction, data: dict[str, torch.Tensor], direction: str):
     return directional_call(
         direction, fn, [data["x"], data["y"], data["w"]], ["x", "y", "w"],
-        data["grad_out"], [data["probe_x"], data["probe_y"]],
+        data["grad_out"], [data["probe_x"], data["probe_y"], data["probe_w"]],
     )
 
 

@@ -23,6 +23,7 @@ from equibench.cases import Case
 from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench, Outputs
 from equibench.levels.md import DIRECTIONS as MD_DIRECTIONS
+from equibench.levels.optimizer_step import StepCheck
 from equibench.precision import get_precision, loss_scaler
 from equibench.registry import ModelFamily, register_model
 
@@ -35,6 +36,7 @@ from .backends import (
     on_backend,
     unavailable_reason,
 )
+from .gradients import GradientView
 from .inputs import WORKLOADS, Structures, load_structures, workload_elements
 from .md import build as build_md
 from .models import (
@@ -48,11 +50,7 @@ from .models import (
     model_spec,
 )
 from .profile_breakdown import MACE_RULES, module_scopes, profile_categories
-from .steps import DIRECTIONS, TrainStep, make_step
-
-# No model-level tolerance: float32 meets the default 1e-4 with room to spare (scaled
-# errors 0.5-2e-7 over energy, forces, loss and radial-MLP gradient, small and oeq models,
-# QM9 and oc20-like, every CPU backend), float64 meets 1e-9 (<1e-15).
+from .steps import DIRECTIONS, LEARNING_RATE, TrainStep, make_optimizer, make_step
 
 
 @dataclass
@@ -166,13 +164,22 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     if isinstance(call, TrainStep):
         scaler = call.scaler = loss_scaler(precision, case.device, lambda: call.forward()[1],
                                            mc.model.parameters())
+    # Built before any step of either model: the weights before the first step.
+    training = isinstance(call, TrainStep)
+    view = (GradientView.build(mc.reference_model, mc.model,
+                               lambda m: on_backend(m, case.implementation, case.device), seed)
+            if training else None)
+    step = StepCheck.of(mc.model, make_optimizer, LEARNING_RATE) if training else None
     reference_step = make_step(case.direction, mc.reference_model, s.to(torch.float64, case.device))
     reference_outputs: Outputs = {}
 
     def reference() -> Outputs:
         # A training step moves the reference weights too: compute it once.
         if not reference_outputs:
-            reference_outputs.update(reference_step())
+            outputs = reference_step()
+            if view is not None and step is not None:
+                outputs = {**view.reference_view(outputs), **step.reference()}
+            reference_outputs.update(outputs)
         return reference_outputs
 
     extra = {
@@ -216,6 +223,9 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
         unit="structures/s",
         equivariance=_equivariance(mc, seed),
         extra=extra,
+        gate_view=None if view is None or step is None
+        else lambda out: {**view.backend_view(out), **step.residuals(out)},
+        floors={} if step is None else step.floors,
     )
 
 

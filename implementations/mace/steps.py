@@ -5,14 +5,15 @@
 * ``train_step``: energy and forces with ``create_graph=True``, mace-torch's
   ``WeightedEnergyForcesLoss``, ``loss.backward()`` (through the double backward of the
   convolution) and one optimizer step (under ``amp-float16`` with the loss scaled,
-  :func:`equibench.precision.loss_scaler`). The outputs compared by the gate are the
-  energy, forces and loss before the step, and the gradient of the radial MLPs, which
-  reaches them only through the double backward of the tensor products.
+  :func:`equibench.precision.loss_scaler`). The outputs are the energy, forces and loss
+  before the step, every parameter's gradient and every parameter after the step, as
+  autograd and the optimizer left them (no work added); the gate compares them through
+  :mod:`.gradients`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -37,13 +38,18 @@ def inference(model: torch.nn.Module, data: dict[str, Tensor]) -> Callable[[], O
     return step
 
 
+def make_optimizer(params: Iterable[Tensor]) -> torch.optim.Optimizer:
+    """The training step's optimizer over ``params``."""
+    return torch.optim.Adam(params, lr=LEARNING_RATE, amsgrad=True)
+
+
 @dataclass
 class TrainStep:
     """One training step on fixed zero targets: the cost is benchmarked, not the fit.
 
-    Returns ``energy (G,)``, ``forces (N, 3)``, ``loss ()`` and ``radial_mlp_grad (P,)``
-    (the gradients of every interaction's radial MLP, concatenated; their layout is the
-    same on every backend, as mace-torch's converters copy these weights unchanged).
+    Returns ``energy (G,)``, ``forces (N, 3)``, ``loss ()``, and for every parameter
+    ``grad:<name>`` (its gradient, None where it got none) and ``param:<name>`` (the
+    parameter after the step), by the model's own parameter names.
     """
 
     model: torch.nn.Module
@@ -57,7 +63,7 @@ class TrainStep:
         from mace.modules.loss import WeightedEnergyForcesLoss
         from mace.tools.torch_geometric import Batch
 
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=LEARNING_RATE, amsgrad=True)
+        self.optimizer = make_optimizer(self.model.parameters())
         positions, ptr = self.data["positions"], self.data["ptr"]
         n_graphs = ptr.shape[0] - 1
         ones = torch.ones(n_graphs, dtype=positions.dtype, device=positions.device)
@@ -68,9 +74,7 @@ class TrainStep:
         self.loss_fn = WeightedEnergyForcesLoss(ENERGY_WEIGHT, FORCES_WEIGHT).to(
             device=positions.device, dtype=positions.dtype
         )
-        self.radial = [
-            p for block in self.model.interactions for p in block.conv_tp_weights.parameters()
-        ]
+        self.params = dict(self.model.named_parameters())
 
     def forward(self) -> tuple[dict[str, Tensor], Tensor]:
         """The model's outputs and the loss (the forward half of a step)."""
@@ -86,7 +90,8 @@ class TrainStep:
             "energy": out["energy"].detach(),
             "forces": out["forces"].detach(),
             "loss": loss.detach(),
-            "radial_mlp_grad": torch.cat([p.grad.reshape(-1) for p in self.radial]),
+            **{f"grad:{n}": p.grad for n, p in self.params.items()},
+            **{f"param:{n}": p.detach() for n, p in self.params.items()},
         }
 
 

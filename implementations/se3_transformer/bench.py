@@ -19,13 +19,18 @@ optimized (``Switches.reference``: the ``baseline`` variant keeps its mean aggre
 or, for the ``e3nn`` backend, ``e3nn`` itself (its tensor product rounds the
 Clebsch-Gordan table to float32, ~1e-8 away from the float64 ``wigner_3j`` of the
 others). Compared: predictions, loss and, for a training step, every parameter's gradient
-through fixed random projections (:func:`probe_directions`), computed outside the timed
-call (``Bench.gate_view``); the reference pools at the atoms the model under test picked
-(``model.pool_winners``), so that near-ties in the max pooling cannot move gradients between
-atoms.
+element by element, the reference's mapped into the model's parameterization
+(:class:`GradientMap`, outside the timed call), and the optimizer's step
+(:mod:`equibench.levels.optimizer_step`); the reference pools at the atoms the
+model under test picked (``model.pool_winners``), so that near-ties in the max pooling
+cannot move gradients between atoms.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -33,6 +38,7 @@ from equibench import registry
 from equibench.cases import Case
 from equibench.correctness import random_rotation, scaled_error
 from equibench.levels import Bench
+from equibench.levels.optimizer_step import StepCheck, without_params
 from equibench.precision import backward_and_step, get_precision, loss_scaler
 from equibench.registry import CodePath, ModelFamily, Unsupported, register_model
 
@@ -48,12 +54,16 @@ from .model import (
 from .switches import DGL_SUFFIX, OPTIMIZED, VARIANTS, Switches, amortized, variant_switches
 from .tfn import BACKENDS, cue_method
 
+LEARNING_RATE = 1e-3
+
+
+def make_optimizer(params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
+    """The training step's optimizer over ``params``."""
+    return torch.optim.Adam(params, lr=LEARNING_RATE)
+
+
 WORKLOADS = {"se3t-qm9": "full", "se3t-qm9-medium": "medium", "se3t-qm9-small": "small"}
 DIRECTIONS = ("inference", "train_step")
-# Random directions in weight space along which the gate compares a training step's
-# gradient: one already catches a wrong gradient of any parameter (with probability 1);
-# two guard against a direction that happens to be nearly orthogonal to the error.
-PROBES = 2
 
 
 def breakdown(model: SE3TransformerPooled, call, device: str) -> dict[str, float] | None:  # noqa: ANN001
@@ -109,7 +119,8 @@ def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None,
             direction: str, optimizer: torch.optim.Optimizer | None = None,
             pool_at: torch.Tensor | None = None, scaler: torch.amp.GradScaler | None = None):
     """The call of ``direction``: returns named outputs (predictions, loss and every
-    parameter's gradient, ``grad:<name>``, as the tensors autograd left: no work added).
+    parameter's gradient, ``grad:<name>``, as the tensors autograd left, and with an
+    ``optimizer`` every parameter after its step, ``param:<name>``: no work added).
     ``pool_at``: see ``SE3TransformerPooled.forward``. ``scaler`` (with ``optimizer``): the
     loss scaling of NVIDIA's AMP recipe (``GradScaler``: scaled backward, gradients unscaled
     before the step, the scale updated after it)."""
@@ -127,7 +138,9 @@ def step_fn(model: SE3TransformerPooled, mol: MoleculeBatch, bases: dict | None,
         else:
             backward_and_step(loss, optimizer, scaler)
         return {"pred": pred.detach(), "loss": loss.detach(),
-                **{f"grad:{n}": p.grad for n, p in params.items()}}
+                **{f"grad:{n}": p.grad for n, p in params.items()},
+                **({f"param:{n}": p.detach() for n, p in params.items()}
+                   if optimizer is not None else {})}
 
     return inference if direction == "inference" else train_step
 
@@ -151,43 +164,70 @@ def code_path(backend: str, device: str) -> dict[str, str]:
     }[backend]).to_dict()
 
 
-def probe_directions(size: str, switches: Switches, seed: int, count: int = PROBES
-                     ) -> list[dict[str, torch.Tensor]]:
-    """``count`` fixed random directions in weight space, in the parameterization of
-    ``switches`` (float64, CPU, by parameter name).
+@dataclass(frozen=True)
+class GradientMap:
+    """A training step's gradients in the parameterization of the model under test, for
+    the reference's too.
 
-    Each is a random master model (standard normal weights) loaded through
-    ``transfer_weights`` like the model's own weights. That map is linear, so the dot
-    product of a model's gradient with its direction is the derivative of the loss along one
-    and the same direction of the master's weights, whatever the variant or backend
-    (parameter names do not depend on the backend).
+    ``transfer_weights`` loads a model by copying: every weight of the reference's
+    parameterization (``switches.reference()``: nothing shared, nothing fused) is a copy of
+    one weight of the model's (a shared radial profile feeds several). So with ``A`` that
+    selection, the model's gradient is ``A^T`` of the reference's: each reference weight's
+    gradient summed into the weight it copies. ``sources`` holds, by reference parameter,
+    the flat index (into the model's parameters laid end to end) of the weight each element
+    copies, found by loading the reference from a model whose weights are their own indices.
     """
-    directions = []
-    for k in range(count):
-        delta = SE3TransformerPooled(SIZES[size], OPTIMIZED).to(torch.float64)
-        generator = torch.Generator().manual_seed(seed + 1000 + k)
+
+    names: tuple[str, ...]  # the model's parameters, in order
+    shapes: tuple[torch.Size, ...]
+    sources: dict[str, torch.Tensor]  # reference parameter -> (numel,) int64
+
+    @classmethod
+    def build(cls, size: str, switches: Switches) -> GradientMap:
+        model = SE3TransformerPooled(SIZES[size], switches).to(torch.float64)
+        params = dict(model.named_parameters())
+        total = sum(p.numel() for p in params.values())
         with torch.no_grad():
-            for p in delta.parameters():
-                p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float64))
-        model = build_model(SIZES[size], switches, "basis", "cpu", torch.float64, delta)
-        directions.append({n: p.detach() for n, p in model.named_parameters()})
-    return directions
+            offset = 0
+            for p in params.values():
+                # 1-based, so that a weight the transfer never wrote (0) shows.
+                p.copy_(torch.arange(offset + 1, offset + 1 + p.numel(),
+                                     dtype=torch.float64).reshape(p.shape))
+                offset += p.numel()
+        reference = build_model(SIZES[size], switches.reference(), "basis", "cpu",
+                                torch.float64, model)
+        sources = {}
+        for name, p in reference.named_parameters():
+            index = p.detach().reshape(-1)
+            if not bool(((index >= 1) & (index <= total) & (index == index.round())).all()):
+                raise ValueError(f"the reference's {name!r} is not a copy of the model's "
+                                 "weights: transfer_weights is no longer a selection, and the "
+                                 "gradient map must change with it")
+            sources[name] = index.long() - 1
+        return cls(tuple(params), tuple(p.shape for p in params.values()), sources)
 
+    def model_view(self, outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The model's step outputs as the gate compares them (a parameter without a
+        gradient has a zero one, as the optimizer sees it)."""
+        view = {k: v for k, v in outputs.items() if not k.startswith("grad:")}
+        for name, shape in zip(self.names, self.shapes, strict=True):
+            grad = outputs.get(f"grad:{name}")
+            view[f"grad:{name}"] = torch.zeros(shape) if grad is None else grad
+        return view
 
-def gradient_projections(outputs: dict[str, torch.Tensor],
-                         directions: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """A training step's outputs as the gate compares them: predictions, loss and the
-    (PROBES,) projections of the whole gradient (a missing gradient counts as zero)."""
-    def project(direction: dict[str, torch.Tensor]) -> torch.Tensor:
-        total = torch.zeros((), dtype=torch.float64)
-        for name, d in direction.items():
+    def reference_view(self, outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The reference step's outputs, its gradients mapped into the model's
+        parameterization (``A^T``, float64)."""
+        view = {k: v for k, v in outputs.items() if not k.startswith("grad:")}
+        flat = torch.zeros(sum(math.prod(s) for s in self.shapes), dtype=torch.float64)
+        for name, index in self.sources.items():
             grad = outputs.get(f"grad:{name}")
             if grad is not None:
-                total += (grad.detach().to(device="cpu", dtype=torch.float64) * d).sum()
-        return total
-
-    return {"pred": outputs["pred"], "loss": outputs["loss"],
-            "grad_projections": torch.stack([project(d) for d in directions])}
+                flat.index_add_(0, index, grad.detach().to("cpu", torch.float64).reshape(-1))
+        for name, part in zip(self.names, flat.split([math.prod(s) for s in self.shapes]),
+                              strict=True):
+            view[f"grad:{name}"] = part.reshape(self.shapes[self.names.index(name)])
+        return view
 
 
 def _tensors(tree: object) -> list[torch.Tensor]:
@@ -246,7 +286,8 @@ class SE3TransformerFamily(ModelFamily):
         # Profiled without the optimizer step, so that the gated call starts from the master
         # weights; this one untimed call also serves as the profile's warm-up-free sample.
         profile = breakdown(model, step_fn(model, mol, bases, ops, case.direction), case.device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        optimizer = make_optimizer(model.parameters())
+        step = StepCheck.of(model, make_optimizer, LEARNING_RATE)
         # NVIDIA's AMP recipe scales the loss (GradScaler).
         scaler = loss_scaler(get_precision(case.precision), case.device,
                              lambda: prediction_and_loss(model, mol, bases, ops)[1],
@@ -279,14 +320,9 @@ class SE3TransformerFamily(ModelFamily):
             pool_at = pool_winners(pooled_input["h"], mol.node_graph, mol.n_graphs)
             outputs = step_fn(ref, ref_mol, None, ref_ops, case.direction,
                               pool_at=pool_at)()
-            return gradient_projections(outputs, probe_directions(size, ref_switches, seed))
+            return {**gradients.reference_view(outputs), **step.reference()}
 
-        directions: list[dict[str, torch.Tensor]] = []
-
-        def gate_view(outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            if not directions:
-                directions.extend(probe_directions(size, switches, seed))
-            return gradient_projections(outputs, directions)
+        gradients = GradientMap.build(size, switches)
 
         def equivariance() -> float:
             turned = mol.transformed(random_rotation(seed + 1).to(case.device, dtype),
@@ -299,7 +335,9 @@ class SE3TransformerFamily(ModelFamily):
         return Bench(
             call=call, reference=reference, items=case.batch, unit="molecules/s",
             equivariance=equivariance, amortized=amortized(switches),
-            gate_view=gate_view if training else None,
+            gate_view=(lambda out: {**gradients.model_view(without_params(out)),
+                                    **step.residuals(out)}) if training else None,
+            floors=step.floors if training else {},
             kept_bytes=sum(t.numel() * t.element_size() for t in _tensors(bases)),
             extra={
                 "size": size, "model": SIZES[size].to_dict(), "switches": switches.to_dict(),
