@@ -186,9 +186,7 @@ def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | 
             # The first call pays compilation, JIT and first-touch costs, which the timed
             # calls exclude; it is reported (``extra.first_call_s``), never timed again.
             first_call_s = time.perf_counter() - start
-            if wrong := check_dtypes(first, precision.output_dtypes):
-                return {**row, "status": "incorrect", "reason": wrong}, False, None
-            gate = _gate(bench, first, precision, settings.reference_dir)
+            gate = gate_outputs(bench, first, precision, settings.reference_dir)
             row.update(max_abs_err=gate.max_abs_err, max_scaled_err=gate.max_scaled_err)
             if gate.status == INCORRECT:
                 return {**row, "status": "incorrect", "reason": gate.message}, False, None
@@ -256,7 +254,7 @@ class _Session:
             # Memory that amortized work keeps between calls belongs to every call.
             row["peak_mem_bytes"] = peak + bench.kept_bytes if peak >= 0 else peak
             if self.case.direction != "train_step":
-                gate = _gate(bench, last, self.precision, self.reference_dir)
+                gate = gate_outputs(bench, last, self.precision, self.reference_dir)
                 if gate.status == INCORRECT:
                     return {**row, "status": "incorrect",
                             "reason": f"after timing, the last call: {gate.message}"}
@@ -289,8 +287,12 @@ class _Session:
         }
 
 
-def _gate(bench: Bench, outputs: dict, precision: Precision, directory: str) -> GateResult:
-    """The gate's verdict on a call's ``outputs`` (see :mod:`equibench.correctness`)."""
+def gate_outputs(bench: Bench, outputs: dict, precision: Precision,
+                 directory: str = "") -> GateResult:
+    """The gate's verdict on a call's own ``outputs``: their dtypes, then each compared
+    with the reference at its own scale (see :mod:`equibench.correctness`)."""
+    if wrong := check_dtypes(outputs, precision.output_dtypes):
+        return GateResult(INCORRECT, math.inf, math.inf, precision.tolerance, wrong)
     return compare(bench.gated(outputs), _reference(bench, directory), precision.tolerance,
                    floors=bench.floors, low_precision=precision.low)
 

@@ -58,7 +58,7 @@ def test_forces_off_by_a_tenth_of_a_percent_are_incorrect(monkeypatch) -> None:
     row = run_case(md_case("e3nn"), RunSettings(measure=QUICK))
     assert row["status"] == "incorrect", row.get("reason")
     # The error is 1e-3 of the largest force, ten times float32's tolerance.
-    error = float(re.match(r"forces: scaled error (\S+) exceeds", row["reason"]).group(1))
+    error = float(re.match(r"forces: error (\S+) of its own scale exceeds", row["reason"]).group(1))
     assert error == pytest.approx(1e-3, rel=0.01)
     assert "time_median_s" not in row  # never timed
 

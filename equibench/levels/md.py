@@ -24,7 +24,8 @@ and forces are ``-dE/dx`` of the model, by autograd.
   the largest reference force (at least :data:`FORCE_FLOOR`, for structures whose forces
   vanish by symmetry, such as a perfect crystal), the energy relative to its own size (at
   least :data:`ENERGY_FLOOR_PER_ATOM` per atom). The runner gates the first call, then the
-  frame the run has reached after timing.
+  frame the run has reached after timing; the first frame turned by a random rotation
+  must give the same energy and the forces turned (:func:`equivariance_error`).
 - **Recorded** (``Bench.summary``): ns/day at :data:`TIMESTEP_FS`, the first step's time
   (model set-up: conversion, compilation, kernel build, plus the first step), the energy
   drift over the whole run (every call, from the first frame), in meV/atom/ps, and the
@@ -280,6 +281,28 @@ class FrameReference:
         return {"energy": self.energy, "forces": self.forces}
 
 
+def equivariance_error(potential: Potential, system: System, cutoff: float,
+                       rotation: Tensor, dtype: torch.dtype, device: str) -> float:
+    """The gate's error of ``E(R x) = E(x)`` and ``F(R x) = R F(x)`` on the first frame of
+    ``system`` for a rotation ``R (3, 3)`` (positions and cell rotate; the larger of the
+    two errors, each at its own scale with the gate's floors)."""
+    from equibench.correctness import errors
+
+    def evaluate(positions: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
+        positions = positions.to(device=device, dtype=dtype)
+        edge_index, shifts = NeighbourList(cutoff, cell, system.pbc)(positions)
+        return potential(positions, edge_index, shifts)
+
+    energy, forces = evaluate(system.positions, system.cell)
+    turned_energy, turned_forces = evaluate(system.positions @ rotation.T,
+                                            system.cell @ rotation.T)
+    return max(
+        errors(turned_energy.reshape(1), energy.reshape(1),
+               ENERGY_FLOOR_PER_ATOM * system.n_atoms)[1],
+        errors(turned_forces, forces.double() @ rotation.T.to(forces.device), FORCE_FLOOR)[1],
+    )
+
+
 def drift_mev_per_atom_ps(totals: Tensor, timestep_fs: float, n_atoms: int) -> float:
     """Slope of the least-squares line through the total energy ``totals (S + 1,)`` eV,
     one value per step from the first frame, in meV per atom per ps."""
@@ -340,8 +363,15 @@ def build_bench(direction: str, steps: int, system: System, potential: Potential
             "simulated_ps": state.steps * TIMESTEP_FS * 1e-3,
         }
 
+    def equivariance() -> float:
+        from equibench.correctness import random_rotation
+
+        return equivariance_error(potential, system, cutoff, random_rotation(seed + 1),
+                                  dtype, device)
+
     return Bench(
         call=lambda: state.run(steps),
+        equivariance=equivariance,
         reference=gate.outputs,
         floors={"forces": FORCE_FLOOR, "energy": ENERGY_FLOOR_PER_ATOM * system.n_atoms},
         items=steps,
