@@ -299,19 +299,22 @@ def test_data_parallel_with_two_processes(tmp_path):
 
 def test_mixed_precision_runs_the_step_under_autocast_and_is_gated():
     """amp-bfloat16: float32 weights, the step under torch.autocast (built outside it), held
-    to the bfloat16 bound."""
+    to the bfloat16 bound. Inference passes it; the training step's bfloat16 gradients miss
+    it by more than a planted 10% error would, so the gate cannot verify the step: it is
+    timed and says so, never ok, never incorrect for rounding the precision makes."""
     settings = RunSettings(measure=MeasureConfig(min_repeats=1, max_repeats=1, warmup=0,
                                                  rounds=1))
-    for direction in ("inference", "train_step"):
+    expected = {"inference": "ok", "train_step": "unverifiable"}
+    for direction, status in expected.items():
         case = Case("model", "se3t-qm9-small", "basis", "nvidia-default", direction,
                     "amp-bfloat16", 4, "cpu")
         row = run_case(case, settings)
-        assert row["tolerance"] == 0.1 and row["max_scaled_err"] > 1e-4  # really bfloat16
-        # Training gradients in bfloat16 can exceed the bound (0.145 at this batch): gated
-        # either way, and timed only when within it.
-        passed = row["max_scaled_err"] <= row["tolerance"]
-        assert row["status"] == ("ok" if passed else "incorrect"), row.get("reason")
-        assert passed or direction == "train_step"
+        assert row["tolerance"] == 5e-2 and row["max_scaled_err"] > 1e-4  # really bfloat16
+        assert row["status"] == status, row.get("reason")
+        assert row["time_median_s"] > 0  # timed either way
+        if status == "unverifiable":
+            assert row["tolerance"] < row["max_scaled_err"] < 0.5
+            assert "unverifiable" in row["reason"] and "grad:" in row["reason"]
     from equibench.precision import get_precision
     from equibench.runner import _build
 
