@@ -7,26 +7,41 @@ all of them alike. Within a round a case makes at least ``calls_min`` and at mos
 median is its sample for paired ratios.
 
 CPU: ``time.perf_counter`` around each call with a fixed torch thread count. Peak memory is
-the growth of the process's resident set over its baseline (``VmHWM`` after resetting it
-through ``/proc/self/clear_refs``) during one call made after timing, which is only
-meaningful in a process of its own: the runner gives every case one. Which allocator serves
-a case process (tcmalloc by default) is the runner's choice: see ``allocator``.
+measured two ways, each on calls made after timing:
+
+- live tensor bytes (:func:`peak_tensor_memory`): the highest sum of the bytes torch's CPU
+  allocator handed out during one call less those it took back, from the profiler's memory
+  events. It counts what the call asks for, whichever ``malloc`` serves it, so it is the
+  figure memory ratios compare. It misses memory that bypasses torch's allocator (e.g. a
+  C++ kernel's ``std::vector`` scratch, BLAS buffers) and allocations made on intra-op
+  worker threads, which the profiler does not follow.
+- resident-set growth (:func:`peak_memory`): the process's resident set over its baseline
+  (``VmHWM`` after resetting it through ``/proc/self/clear_refs``), which sees everything
+  but also how the allocator maps and reuses pages, so it moves with the allocator and
+  between runs. Only meaningful in a process of its own: the runner gives every case one.
+  Which allocator serves a case process (tcmalloc by default) is the runner's choice: see
+  ``allocator``.
 
 CUDA: CUDA events around each call, warm-up until two consecutive calls agree (compilation
 and autotuning done), and an L2 flush (writing a buffer twice the L2 size) before each call,
 outside the timed region. Peak memory from the caching allocator after
-``reset_peak_memory_stats``.
+``reset_peak_memory_stats``, which is live tensor bytes already.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import MEMORY_EVENT_NAME
 
 from equibench.allocator import release_free_memory
 from equibench.schema import defaults
@@ -191,9 +206,11 @@ def rss_available() -> bool:
 
 
 def peak_memory(fn: Callable[[], object], device: str) -> tuple[int, str]:
-    """Peak extra memory of one call of ``fn`` in bytes, and how it was measured.
+    """Peak extra memory of one call of ``fn`` in bytes, and how it was measured: on CPU
+    the resident set's growth, on CUDA the caching allocator's peak.
 
-    On CPU, call it last in a case's process (see :func:`allocator.release_free_memory`).
+    On CPU, call it after timing, in a case's own process: it changes how glibc allocates
+    from then on (see :func:`allocator.release_free_memory`).
     """
     if device.startswith("cuda"):
         dev = torch.device(device)
@@ -211,3 +228,58 @@ def peak_memory(fn: Callable[[], object], device: str) -> tuple[int, str]:
         f.write("5")  # resets VmHWM to the current RSS
     fn()
     return max(0, _status_kib("VmHWM") - base) * 1024, "rss_growth"
+
+
+# The devices whose memory events come from torch's CPU allocator (MKLDNN/IDEEP tensors are
+# CPU memory under another name), as the profiler itself counts them.
+_CPU_MEMORY = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 points at /dev/null in the block (C++ code writes there directly)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _allocations(fn: Callable[[], object]) -> list[int]:
+    """The bytes torch's CPU allocator handed out (+) and took back (-) during one call of
+    ``fn``, in order. A block allocated before any profiling is never in the list: the
+    allocator learns a block's size only while profiling."""
+    profiler = torch.autograd.profiler.profile(use_cpu=True, profile_memory=True)
+    # Kineto prints a line to stderr at each start and stop (its level is fixed at its first
+    # use, often a model's breakdown), and the allocator warns once of freeing a block
+    # allocated before profiling: two lines of noise per case. The call itself ran many
+    # times before, so nothing it prints is new, and its errors still raise.
+    with _stderr_silenced(), profiler:
+        fn()
+    events = [e for e in profiler.kineto_results.events()
+              if e.name() == MEMORY_EVENT_NAME and e.device_type() in _CPU_MEMORY]
+    return [e.nbytes() for e in sorted(events, key=lambda e: e.start_ns())]
+
+
+def peak_tensor_memory(fn: Callable[[], object], device: str) -> tuple[int, str]:
+    """Peak of the live tensor bytes one call of ``fn`` adds, and how it was measured.
+
+    On CPU: two calls under the profiler, the first unmeasured. The allocator reports a free
+    only for blocks allocated while profiling, so the first call registers what the second
+    frees (a training step's previous gradients, the previous call's outputs); the second's
+    running sum of allocations and frees then starts from what is live at its start, as
+    CUDA's ``max_memory_allocated`` less ``memory_allocated`` does. On CUDA: the caching
+    allocator's figure (:func:`peak_memory`).
+    """
+    if device.startswith("cuda"):
+        return peak_memory(fn, device)
+    _allocations(fn)
+    live = peak = 0
+    for nbytes in _allocations(fn):
+        live += nbytes
+        peak = max(peak, live)
+    return peak, "torch_profiler"

@@ -67,6 +67,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("throughput_unit", "str", "what throughput counts, e.g. products/s"),
     Column("peak_mem_bytes", "int", "peak extra memory of one call, bytes (-1 unknown)"),
     Column("peak_mem_method", "str", "cuda_allocator or rss_growth (process RSS over baseline)"),
+    Column("peak_tensor_bytes", "int", "peak of the live tensor bytes one call adds, bytes (-1 "
+           "unknown); unlike rss_growth it does not depend on the allocator: memory ratios "
+           "use it"),
+    Column("peak_tensor_method", "str", "torch_profiler (torch's CPU allocator, from the "
+           "profiler's memory events) or cuda_allocator"),
     Column("flops", "float", "floating-point operations of one call (cost model)"),
     Column("bytes", "float", "minimum bytes moved by one call (cost model)"),
     Column("gflops_per_s", "float", "achieved flops / time_median_s / 1e9"),
@@ -104,7 +109,8 @@ COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 # Columns added after tables were first written: a table without them (an older baseline or
 # history) reads with their defaults, the allocator taken from ``extra`` where it was kept
 # and the configuration's name from ``run_id`` (_fill_config_name).
-LATER_COLUMNS = ("round_times_s", "rounds_id", "disturbed", "cpu_allocator", "config_name")
+LATER_COLUMNS = ("round_times_s", "rounds_id", "disturbed", "cpu_allocator",
+                 "peak_tensor_bytes", "peak_tensor_method", "config_name")
 _DEFAULTS = {"str": "", "int": -1, "float": math.nan, "bool": False, "list": []}
 
 

@@ -67,6 +67,7 @@ from equibench.measure import (
     Timing,
     call_timer,
     peak_memory,
+    peak_tensor_memory,
     time_round,
 )
 from equibench.precision import Precision, get_precision, precision_mode
@@ -240,7 +241,8 @@ class _Session:
 
     def finish(self, rounds_id: str, disturbed: str, load: dict) -> dict:
         """Peak memory (last: on CPU it makes the allocator give memory back, see
-        measure.py), the gate again on that call's outputs, then the complete row.
+        measure.py), resident and live tensor bytes, the gate again on the last call's
+        outputs, then the complete row.
 
         The second gate catches what only shows after many calls (GPU atomics, state that
         drifts); a training step is exempt, since its weights move by design.
@@ -251,8 +253,11 @@ class _Session:
             with precision_mode(self.precision):
                 peak, row["peak_mem_method"] = peak_memory(lambda: last.update(bench.call()),
                                                            self.case.device)
+                live, row["peak_tensor_method"] = peak_tensor_memory(
+                    lambda: last.update(bench.call()), self.case.device)
             # Memory that amortized work keeps between calls belongs to every call.
             row["peak_mem_bytes"] = peak + bench.kept_bytes if peak >= 0 else peak
+            row["peak_tensor_bytes"] = live + bench.kept_bytes if live >= 0 else live
             if self.case.direction != "train_step":
                 gate = gate_outputs(bench, last, self.precision, self.reference_dir)
                 if gate.status == INCORRECT:

@@ -37,6 +37,24 @@ for _ in range(3):
 print(*peak_memory(allocate, "cpu"))
 """
 
+# Live tensor bytes of a small training step, whose activations (32 MiB each) cross glibc's
+# mmap threshold and whose many small tensors do not.
+_TENSOR_PEAK = """
+import torch
+from equibench.measure import peak_tensor_memory
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Tanh(), torch.nn.Linear(1024, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(8192, 256)
+def step():
+    optimizer.zero_grad()
+    model(x).square().mean().backward()
+    optimizer.step()
+for _ in range(3):
+    step()
+print(*peak_tensor_memory(step, "cpu"))
+"""
+
 
 def _python(code: str, preload: str | None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
@@ -80,6 +98,17 @@ def test_peak_memory_sees_reused_memory(preload):
     peak, method = _python(_PEAK, preload).split()
     assert method == "rss_growth"
     assert 0.9 * 256 * 2**20 < int(peak) < 1.5 * 256 * 2**20
+
+
+@needs_tcmalloc
+def test_tensor_peak_does_not_depend_on_the_allocator():
+    glibc = _python(_TENSOR_PEAK, None).split()
+    tcmalloc = _python(_TENSOR_PEAK, TCMALLOC).split()
+    assert glibc == tcmalloc
+    peak, method = glibc
+    # The linear layer's output and tanh's, saved for the backward (32 MiB each), and the
+    # gradient flowing back through them (measured: 95 MiB).
+    assert method == "torch_profiler" and 2 * 32 * 2**20 <= int(peak) < 4 * 32 * 2**20
 
 
 @needs_tcmalloc

@@ -3,15 +3,22 @@ import time
 import pytest
 import torch
 
+from equibench.cases import Case
+from equibench.levels import Bench
 from equibench.measure import (
     MeasureConfig,
     RoundPlan,
     Timing,
     call_timer,
     peak_memory,
+    peak_tensor_memory,
     rss_available,
     time_round,
 )
+from equibench.precision import get_precision
+from equibench.runner import _Session
+
+MIB = 2**20
 
 
 def test_timing_statistics():
@@ -64,3 +71,48 @@ def test_rss_peak_sees_a_large_temporary():
     peak, method = peak_memory(allocate, "cpu")
     assert method == "rss_growth"
     assert 0.9 * size < peak < 1.5 * size
+
+
+def _temporary(nbytes: int):
+    """A call that allocates ``nbytes`` and frees them before it returns."""
+    def call() -> dict:
+        buf = torch.ones(nbytes, dtype=torch.uint8)
+        return {"y": buf[:1].float()}
+
+    return call
+
+
+def test_tensor_peak_counts_a_known_allocation():
+    peak, method = peak_tensor_memory(_temporary(64 * MIB), "cpu")
+    assert method == "torch_profiler"
+    assert 64 * MIB <= peak < 65 * MIB  # the temporary, and a few scalars
+
+
+def test_tensor_peak_starts_from_what_is_live_at_the_call():
+    """A call that replaces the state it keeps (as a training step replaces its gradients)
+    frees the previous state, allocated before profiling began: the unmeasured first call
+    makes that free known, or the new state would count in full (96 MiB here)."""
+    state = {"kept": torch.zeros(32 * MIB, dtype=torch.uint8)}
+
+    def step() -> dict:
+        state["kept"] = torch.zeros(32 * MIB, dtype=torch.uint8)
+        return _temporary(64 * MIB)()
+
+    peak, _ = peak_tensor_memory(step, "cpu")
+    assert 64 * MIB <= peak < 65 * MIB
+
+
+def test_kept_bytes_count_in_both_peaks():
+    """Memory that amortized work keeps between calls (``Bench.kept_bytes``) belongs to
+    every call's peak, live tensor bytes as resident ones."""
+    kept = 5 * MIB
+    bench = Bench(call=_temporary(64 * MIB), reference=dict, items=1, unit="calls",
+                  kept_bytes=kept)
+    # A training step: the after-timing gate, which needs a reference, is skipped.
+    case = Case("model", "none", "none", "default", "train_step", "float32", 1, "cpu")
+    session = _Session(case, get_precision("float32"), bench, lambda: 0.01,
+                       Timing(rounds=[[0.01]]), 0.01, {}, "")
+    row = session.finish("", "", {})
+    assert row["peak_tensor_method"] == "torch_profiler"
+    assert kept + 64 * MIB <= row["peak_tensor_bytes"] < kept + 65 * MIB
+    assert row["peak_mem_bytes"] >= kept or row["peak_mem_method"] == "unavailable"

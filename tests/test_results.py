@@ -83,4 +83,5 @@ def test_tables_from_before_the_round_columns_still_read(tmp_path):
     frame = results.read(tmp_path / "old.parquet")
     assert frame["cpu_allocator"].tolist() == ["tcmalloc"]
     assert frame["rounds_id"].tolist() == [""] and frame["round_times_s"].tolist() == [[]]
+    assert frame["peak_tensor_bytes"].tolist() == [-1]  # not measured, never zero
     assert json.loads(frame["extra"].iloc[0]) == {"cpu_allocator": "tcmalloc"}
