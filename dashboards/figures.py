@@ -253,15 +253,19 @@ def throughput_vs_batch(frame: pd.DataFrame, level: str) -> Chart:
 def memory_vs_batch(frame: pd.DataFrame, level: str) -> Chart:
     key, title = f"{level}-memory", f"{level}: peak extra memory of one call"
     data = prepared(frame[frame["level"] == level])
-    data = data[data["peak_mem_bytes"] >= 0]
+    data = data[data["peak_tensor_bytes"] >= 0]
     if data.empty:
         return Chart(key, title, None)
-    data["peak_mem_mib"] = data["peak_mem_bytes"] / 2**20
-    methods = ", ".join(sorted(set(data["peak_mem_method"]) - {""})) or "unknown"
-    return _against_batch(data, "peak_mem_mib", key, title, "MiB", False,
-                       f"Lower is better. Measured as: {methods} (cuda_allocator: the caching "
-                       "allocator's peak; rss_growth: the process's resident-set growth).",
-                       [*CASE_COLUMNS, "peak_mem_bytes", "peak_mem_method"])
+    data["peak_tensor_mib"] = data["peak_tensor_bytes"] / 2**20
+    methods = ", ".join(sorted(set(data["peak_tensor_method"]) - {""})) or "unknown"
+    return _against_batch(data, "peak_tensor_mib", key, title, "MiB", False,
+                       f"Live tensor bytes; lower is better. Measured as: {methods} "
+                       "(cuda_allocator: the caching allocator's peak; torch_profiler: torch's "
+                       "CPU allocator, from the profiler's memory events). The table also "
+                       "gives the CPU process's resident-set growth (peak_mem_bytes), which "
+                       "moves with the allocator.",
+                       [*CASE_COLUMNS, "peak_tensor_bytes", "peak_tensor_method",
+                        "peak_mem_bytes", "peak_mem_method"])
 
 
 def _breakdown(extra: str) -> dict[str, float]:

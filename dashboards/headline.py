@@ -35,8 +35,8 @@ PREFERRED_PRECISION = "float32"
 ROW_KEY = [*MATCH_COLUMNS, *SAME_MACHINE, "run_id"]
 COLUMNS = [*CASE, "precision", "batch", "series", "implementation", "variant", "candidates",
            "throughput", "throughput_unit", "reference", "reference_status", "speedup",
-           "speedup_q1", "speedup_q3", "speedup_count", "paired", "peak_mem_bytes",
-           "ref_peak_mem_bytes", "peak_mem_method", "run_id", "git_commit"]
+           "speedup_q1", "speedup_q3", "speedup_count", "paired", "peak_tensor_bytes",
+           "ref_peak_tensor_bytes", "peak_tensor_method", "run_id", "git_commit"]
 
 
 def _precision(present: set[str]) -> str:
@@ -72,7 +72,8 @@ def headline(frame: pd.DataFrame) -> pd.DataFrame:
     reference row in ``compare.relative`` (``reference``: that row's name, '' when the
     fastest row is the reference itself), ``reference_status`` (e3nn's status at the case
     when no ok e3nn row is the reference), the interquartile range of the speedup's samples
-    and their count, and both rows' ``peak_mem_bytes`` (-1 or 0: not measured)."""
+    and their count, and both rows' ``peak_tensor_bytes`` (live tensor bytes, which do not
+    depend on the allocator; -1 or 0: not measured)."""
     ok = frame[frame["status"] == "ok"]
     if ok.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -88,11 +89,11 @@ def headline(frame: pd.DataFrame) -> pd.DataFrame:
         best = at.loc[at["throughput"].idxmax()]
         line = {**{c: best[c] for c in [*CASE, "precision", "batch", "series",
                                           "implementation", "variant", "throughput",
-                                          "throughput_unit", "peak_mem_bytes",
-                                          "peak_mem_method", "run_id", "git_commit"]},
+                                          "throughput_unit", "peak_tensor_bytes",
+                                          "peak_tensor_method", "run_id", "git_commit"]},
                 "candidates": len(at), "reference": "", "reference_status": "",
                 "speedup": math.nan, "speedup_q1": math.nan, "speedup_q3": math.nan,
-                "speedup_count": 0, "paired": False, "ref_peak_mem_bytes": -1}
+                "speedup_count": 0, "paired": False, "ref_peak_tensor_bytes": -1}
         reference_is_e3nn = best["implementation"] == REFERENCE
         found = rel_by_key.get(tuple(best[ROW_KEY]))
         if found is not None:
@@ -101,7 +102,7 @@ def headline(frame: pd.DataFrame) -> pd.DataFrame:
             line.update(reference=found["reference"], speedup=float(found["speedup"]),
                         speedup_q1=q1, speedup_q3=q3, speedup_count=int(samples.size),
                         paired=bool(found["paired"]),
-                        ref_peak_mem_bytes=int(found["ref_peak_mem_bytes"]))
+                        ref_peak_tensor_bytes=int(found["ref_peak_tensor_bytes"]))
             reference_is_e3nn = found["ref_implementation"] == REFERENCE
         if not reference_is_e3nn:
             line["reference_status"] = _reference_status(everything, line)
@@ -143,12 +144,12 @@ def _spread(line: pd.Series) -> str:
 
 
 def _memories(line: pd.Series) -> str:
-    ours = _memory(line["peak_mem_bytes"])
+    ours = _memory(line["peak_tensor_bytes"])
     if not line["reference"]:
         return ours
-    text = f"{ours} vs {_memory(line['ref_peak_mem_bytes'])} ({line['reference']})"
-    if line["peak_mem_bytes"] > 0 and line["ref_peak_mem_bytes"] > 0:
-        text += f": {line['peak_mem_bytes'] / line['ref_peak_mem_bytes']:.2g}×"
+    text = f"{ours} vs {_memory(line['ref_peak_tensor_bytes'])} ({line['reference']})"
+    if line["peak_tensor_bytes"] > 0 and line["ref_peak_tensor_bytes"] > 0:
+        text += f": {line['peak_tensor_bytes'] / line['ref_peak_tensor_bytes']:.2g}×"
     return text
 
 

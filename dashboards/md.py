@@ -101,13 +101,14 @@ def _structure(workload: str) -> str:
 
 def _scaling_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The ok md rows of structures that ran at two sizes or more, with ``structure`` (the
-    replicated source), ``per_step_s`` and ``peak_mem_mib``."""
+    replicated source), ``per_step_s`` and ``peak_tensor_mib``."""
     data = md_rows(frame)
     if data.empty:
         return data
     data["structure"] = data["workload"].map(_structure)
     data["per_step_s"] = data["time_median_s"] / data["batch"]
-    data["peak_mem_mib"] = data["peak_mem_bytes"].where(data["peak_mem_bytes"] >= 0) / 2**20
+    live = data["peak_tensor_bytes"]
+    data["peak_tensor_mib"] = live.where(live >= 0) / 2**20
     sizes = data.groupby("structure")["atoms"].transform("nunique")
     return data[sizes >= 2]
 
@@ -120,13 +121,13 @@ def scaling(frame: pd.DataFrame) -> list[Chart]:
     for structure, part in (data.groupby("structure") if not data.empty else []):
         key = f"md-scaling-{len(charts)}"
         fig = make_subplots(rows=1, cols=2, subplot_titles=("seconds per MD step",
-                                                            "peak memory (MiB)"))
+                                                            "peak tensor memory (MiB)"))
         part = part.sort_values("atoms")
         part["line"] = part["series"] + " " + part["precision"] + " " + part["direction"]
         colors = _colors(list(part["line"]))
         tags, legend_seen = [], set()
         for (machine, line), rows in part.groupby(["machine", "line"]):
-            for col, metric, unit in ((1, "per_step_s", "s/step"), (2, "peak_mem_mib", "MiB")):
+            for col, metric, unit in ((1, "per_step_s", "s/step"), (2, "peak_tensor_mib", "MiB")):
                 fig.add_trace(go.Scatter(
                     x=rows["atoms"], y=rows[metric], mode="lines+markers", name=esc(line),
                     legendgroup=esc(line), showlegend=col == 1 and line not in legend_seen,
@@ -141,7 +142,7 @@ def scaling(frame: pd.DataFrame) -> list[Chart]:
         add_selector(fig, tags, label="device")
         charts.append(Chart(
             key, f"md scaling: {structure}", fig,
-            part[[*CASE_COLUMNS, "atoms", "per_step_s", "peak_mem_bytes"]],
+            part[[*CASE_COLUMNS, "atoms", "per_step_s", "peak_tensor_bytes"]],
             note="The structure in growing supercells, each backend until a size failed or "
                  "took longer per step than the run's limit (the table below says which)."))
     return charts
@@ -173,6 +174,6 @@ def largest_table(frame: pd.DataFrame) -> pd.DataFrame:
                       "backend": row["series"], "precision": row["precision"],
                       "direction": row["direction"], "largest": row["workload"],
                       "atoms": int(row["atoms"]), "s/step": f"{row['per_step_s']:.3g}",
-                      "peak MiB": f"{row['peak_mem_mib']:.4g}",
+                      "peak MiB": f"{row['peak_tensor_mib']:.4g}",
                       "next size": str(stopped).removeprefix("not run (scaling): ")})
     return pd.DataFrame(table)

@@ -83,6 +83,9 @@ def _rows(rng: np.random.Generator, commit: str, run_id: str) -> Iterator[dict]:
                    "throughput_unit": UNITS.get(level, "structures/s"),
                    "peak_mem_bytes": int(batch * 2**16 * factor),
                    "peak_mem_method": "cuda_allocator" if gpu else "rss_growth",
+                   # Resident-set growth also holds what the allocator keeps around.
+                   "peak_tensor_bytes": int(batch * 2**16 * factor * (1.0 if gpu else 0.8)),
+                   "peak_tensor_method": "cuda_allocator" if gpu else "torch_profiler",
                    "flops": flops, "bytes": flops / 4,
                    "gflops_per_s": flops / float(np.median(samples)) / 1e9,
                    "gbytes_per_s": flops / 4 / float(np.median(samples)) / 1e9,

@@ -63,7 +63,8 @@ HEADLINE_RULE = (
     "with its interquartile range over the rounds; 'unpaired' where they were not, the "
     "ratio of medians, whose spread then comes from the faster row's samples alone. Without "
     "an ok e3nn row the line names the row it is compared with instead. Peak memory is one "
-    "call's extra memory (CUDA caching allocator on GPUs, resident-set growth on CPUs); "
+    "call's extra live tensor bytes (CUDA's caching allocator on GPUs, torch's CPU allocator "
+    "through the profiler on CPUs, neither depending on which malloc serves the process); "
     "'not measured' where the row has none. Only ok rows count.")
 MD_INTRO = (
     "Velocity-Verlet NVE (<code>nve</code>) and Langevin NVT (<code>nvt</code>) runs of a "
@@ -304,7 +305,7 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
         "roofline.html": [_intro("FLOPs and bytes come from the cost model (ideal minimum "
                                  "traffic), so intensity is a property of the workload."),
                           figures.roofline(frame, _peaks(frame, probe))],
-        "memory.html": [_intro("Peak extra memory of one call, per level."),
+        "memory.html": [_intro("Peak extra live tensor bytes of one call, per level."),
                         *[figures.memory_vs_batch(frame, level)
                           for level in ("tp", "conv", "model")]],
         "history.html": [_intro("Added by <code>equibench history add RESULTS</code>."),

@@ -99,7 +99,7 @@ def _print_table(frame) -> None:
     import pandas as pd
 
     cols = ["implementation", "variant", "workload", "direction", "precision", "batch", "device",
-            "status", "time_median_s", "throughput", "peak_mem_bytes", "max_scaled_err",
+            "status", "time_median_s", "throughput", "peak_tensor_bytes", "max_scaled_err",
             "reason"]
     view = frame[[c for c in cols if c in frame.columns]].copy()
     view["reason"] = view["reason"].str.slice(0, 60)

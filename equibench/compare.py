@@ -16,7 +16,8 @@ Per case:
   one machine can check a run on another: such a comparison is labelled ``across
   machines`` and uses nothing else.
 - ``time``: the raw median, only where both rows ran on the same machine.
-- ``peak memory``: same machine only.
+- ``peak memory``: same machine only; live tensor bytes (``peak_tensor_bytes``) where both
+  rows have them, else the resident-set figure (``peak_mem_bytes``) of older tables.
 
 Which metrics fail the check is the caller's choice (``gate``): on a shared machine whose
 speed drifts between runs more than a threshold worth having, a metric can be reported
@@ -212,7 +213,7 @@ def _reference_index(group: pd.DataFrame, row: pd.Series, reference: str):
 def relative(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
     """Each ok row with its speedup over its group's reference row (same run, machine,
     threads, allocator): columns ``reference`` (the reference's implementation[variant]),
-    ``ref_implementation``, ``ref_time_s``, ``ref_peak_mem_bytes``, ``speedup_samples``,
+    ``ref_implementation``, ``ref_time_s``, ``ref_peak_tensor_bytes``, ``speedup_samples``,
     ``speedup`` and ``paired``."""
     ok = latest_ok(frame)
     out = []
@@ -229,10 +230,10 @@ def relative(frame: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
             out.append({**row.to_dict(), "reference": f"{ref['implementation']}{variant}",
                         "ref_implementation": ref["implementation"],
                         "ref_time_s": ref["time_median_s"],
-                        "ref_peak_mem_bytes": ref["peak_mem_bytes"],
+                        "ref_peak_tensor_bytes": ref["peak_tensor_bytes"],
                         "speedup_samples": samples, "speedup": speedup, "paired": paired})
     columns = [*ok.columns, "reference", "ref_implementation", "ref_time_s",
-               "ref_peak_mem_bytes", "speedup_samples", "speedup", "paired"]
+               "ref_peak_tensor_bytes", "speedup_samples", "speedup", "paired"]
     return pd.DataFrame(out, columns=columns)
 
 
@@ -346,7 +347,11 @@ def _same_machine_changes(ok_b: pd.DataFrame, ok_n: pd.DataFrame, threshold: flo
             case=label, metric="time", higher_is_better=False, base=row["time_median_s_b"],
             new=row["time_median_s_n"], p_value=p, verdict=verdict, detectable=detectable,
             note=_notes(row)))
-        mb, mn = row["peak_mem_bytes_b"], row["peak_mem_bytes_n"]
+        # Live tensor bytes, which do not move with the allocator, where both rows have them;
+        # rows of tables written before that column hold the resident-set figure alone.
+        column = ("peak_tensor_bytes" if row["peak_tensor_bytes_b"] > 0
+                  and row["peak_tensor_bytes_n"] > 0 else "peak_mem_bytes")
+        mb, mn = row[f"{column}_b"], row[f"{column}_n"]
         if mb > 0 and mn > 0:
             # One number, no samples: the absolute floor stands in for the rank test.
             verdict = "unchanged"

@@ -102,6 +102,7 @@ def _scaling_rows() -> pd.DataFrame:
                          "time_samples": [seconds], "repeats": 1, "throughput": 2 / seconds,
                          "throughput_unit": "steps/s", "peak_mem_bytes": 2**20 * cells,
                          "peak_mem_method": "rss_growth",
+                         "peak_tensor_bytes": 2**20 * cells, "peak_tensor_method": "torch_profiler",
                          "extra": json.dumps({"synthetic": True, "atoms": 8 * cells,
                                               "ns_per_day": 1.0})})
     return results.to_frame(rows)
@@ -122,3 +123,4 @@ def test_md_page_draws_each_structures_scaling_and_the_largest_sizes(tmp_path) -
     assert largest["e3nn [small]"][9].startswith("diamond@2x2x2 took 0.13 s per step")
     assert largest["fused [small]"][5:7] == ["diamond@3x3x3", "216"]
     assert largest["fused [small]"][9] == ""
+    assert largest["fused [small]"][8] == "27"  # peak MiB: live tensor bytes

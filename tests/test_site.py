@@ -243,8 +243,8 @@ def test_headline_speedup_is_paired_per_round_with_its_spread():
 def test_headline_counts_only_ok_rows_and_never_prints_unmeasured_memory():
     frame = _paired_case()
     oeq = (frame["implementation"] == "openequivariance") & (frame["status"] == "ok")
-    frame.loc[frame["implementation"] == "cuequivariance", "peak_mem_bytes"] = -1
-    frame.loc[frame["implementation"] == "e3nn", "peak_mem_bytes"] = 0
+    frame.loc[frame["implementation"] == "cuequivariance", "peak_tensor_bytes"] = -1
+    frame.loc[frame["implementation"] == "e3nn", "peak_tensor_bytes"] = 0
     for status in ("incorrect", "imported"):
         changed = frame.copy()
         changed.loc[oeq, "status"] = status
