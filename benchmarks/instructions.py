@@ -10,31 +10,46 @@ stalls, threading or code outside the kernels.
 
 Default cases (float32), each of mace-large and nequip-benzene-1parity: tp_fwd, tp_bwd,
 tp_dbwd on 64 products; conv_fwd, conv_bwd, conv_dbwd on a 16-node seeded synthetic graph
-(128 edges).
-A case is ``KERNEL:WORKLOAD:DTYPE:BATCH`` (BATCH: products, or nodes for conv).
+(128 edges). And MACE's symmetric contraction on our kernels: sc_fwd, sc_bwd, sc_dbwd of
+the ``oeq`` model's last product block (workload ``mace-oeq-product1``: correlation 3, 128
+channels, scalar outputs) on 16 nodes. Its first block (outputs up to 2e) runs the same
+generator on more paths; its kernels took ~100 s to compile at these flags here, against
+~2.5 s for the last block's, so CI counts the last (``benchmarks/ab.py`` times the first).
+A case is ``KERNEL:WORKLOAD:DTYPE:BATCH`` (BATCH: products, nodes for conv and sc). A
+symmetric-contraction workload is ``mace-VARIANT-productK``: product block K of MACE model
+VARIANT (``equibench.implementations.mace.models.VARIANTS``; needs mace-torch). Its
+"products" are the columns (node, channel) a call computes.
 
 With ``--baseline``: a case whose count grew by more than ``--tolerance`` (a fraction) or
 a baseline case missing from this run is a regression (exit status 1). When the baseline
 was made with another compiler, C library, valgrind or flags, the counts are not
 comparable: the changes are printed with a warning and do not fail. Exit status 2 when
-counting is impossible here (no valgrind or no compiler).
+counting is impossible here (no valgrind or no compiler) or a case names no workload.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from equibench.kernels.symmetric_contraction import SymmetricContractionDescriptor
 
 FORMAT = "equibench-instruction-counts-1"
 TP_BATCH = 64
 CONV_NODES = 16
 WORKLOADS = ("mace-large", "nequip-benzene-1parity")
+SC_WORKLOADS = ("mace-oeq-product1",)
+SC_NODES = 16
+SC_KERNELS = ("sc_fwd", "sc_bwd", "sc_dbwd")
 
 
 @dataclass(frozen=True)
@@ -63,11 +78,45 @@ class Case:
             ) from None
 
 
-DEFAULT_CASES = tuple(
-    Case(kernel, workload, "f32", CONV_NODES if kernel.startswith("conv") else TP_BATCH)
-    for workload in WORKLOADS
-    for kernel in ("tp_fwd", "tp_bwd", "tp_dbwd", "conv_fwd", "conv_bwd", "conv_dbwd")
+DEFAULT_CASES = (
+    *(Case(kernel, workload, "f32", CONV_NODES if kernel.startswith("conv") else TP_BATCH)
+      for workload in WORKLOADS
+      for kernel in ("tp_fwd", "tp_bwd", "tp_dbwd", "conv_fwd", "conv_bwd", "conv_dbwd")),
+    *(Case(kernel, workload, "f32", SC_NODES)
+      for workload in SC_WORKLOADS for kernel in SC_KERNELS),
 )
+
+
+@functools.cache
+def sc_description(workload: str) -> tuple[SymmetricContractionDescriptor, int]:
+    """The symmetric contraction of ``mace-VARIANT-productK`` as our kernels describe it
+    (the same description whatever the model's weights and elements), and its channels."""
+    from equibench.implementations.mace.models import VARIANTS, build_model
+    from equibench.implementations.mace.symmetric_contraction import describe
+
+    match = re.fullmatch(r"mace-(.+)-product(\d+)", workload)
+    if match is None or match[1] not in VARIANTS:
+        raise ValueError(f"{workload!r} is not mace-VARIANT-productK with VARIANT one of "
+                         f"{', '.join(sorted(VARIANTS))}")
+    model = build_model(VARIANTS[match[1]], (1, 6, 7, 8, 9), avg_num_neighbors=9.0, seed=0)
+    if int(match[2]) >= len(model.products):
+        raise ValueError(f"{workload!r}: the {match[1]} model has {len(model.products)} "
+                         "product blocks, numbered from 0")
+    module = model.products[int(match[2])].symmetric_contractions
+    return describe(module), module.irreps_in[0].mul
+
+
+def count(case: Case) -> tuple[int, int]:
+    """The instructions of one call of ``case``, and the products (symmetric contraction:
+    columns) it computes."""
+    from equibench.kernels import instruction_count as ic
+
+    if case.kernel in SC_KERNELS:
+        desc, channels = sc_description(case.workload)
+        return (ic.count_sc_instructions(desc, channels, case.kernel, case.dtype, case.batch),
+                case.batch * channels)
+    return (ic.count_instructions(case.workload, case.kernel, case.dtype, case.batch),
+            ic.products_per_call(case.kernel, case.batch))
 
 
 def measure(cases: tuple[Case, ...]) -> dict[str, Any]:
@@ -91,19 +140,18 @@ def measure(cases: tuple[Case, ...]) -> dict[str, Any]:
     for n, case in enumerate(cases, 1):
         print(f"[{n}/{len(cases)}] {case.key} ...", end="", file=sys.stderr, flush=True)
         t = time.perf_counter()
-        count = ic.count_instructions(case.workload, case.kernel, case.dtype, case.batch)
-        print(f" {count:,} ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
-        report["cases"][case.key] = {
-            **asdict(case),
-            "products": ic.products_per_call(case.kernel, case.batch),
-            "instructions": count,
-        }
+        instructions, products = count(case)
+        print(f" {instructions:,} ({time.perf_counter() - t:.1f} s)", file=sys.stderr,
+              flush=True)
+        report["cases"][case.key] = {**asdict(case), "products": products,
+                                     "instructions": instructions}
     report["seconds"] = round(time.perf_counter() - start, 1)
     return report
 
 
 def table(report: dict[str, Any]) -> str:
-    """Case, instructions per call and per tensor product (a conv edge is one product)."""
+    """Case, instructions per call and per tensor product (a conv edge is one product, a
+    symmetric contraction's column one)."""
     lines = [f"{'case':34s} {'instructions/call':>18s} {'per product':>12s}"]
     for key, case in report["cases"].items():
         per = case["instructions"] / case["products"]
@@ -173,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         report = measure(tuple(args.cases or DEFAULT_CASES))
-    except KernelUnavailable as err:
+    except (KernelUnavailable, ValueError) as err:  # ValueError: a workload it cannot name
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(table(report))

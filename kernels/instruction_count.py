@@ -1,20 +1,25 @@
-"""Instructions executed by one call of a generated CPU kernel, counted by cachegrind.
+"""Instructions executed by one call of a generated CPU kernel, counted by cachegrind: the
+tensor product's and convolution's (:mod:`.cpu_codegen`) and the symmetric contraction's
+(:mod:`.sc_cpu`).
 
 Wall-clock times on this project's shared VM vary by 1.2-2.7x between runs of the same
 code; the number of instructions a deterministic single-threaded program executes does not
 vary at all, so it can gate CI on what the generated kernels execute (code-generation
 changes, extra arithmetic or loads, a different algorithm).
 
-How a count is made (:func:`count_instructions`):
+How a count is made (:func:`count_instructions`, :func:`count_sc_instructions`):
 
-* the kernel source of :func:`.cpu_codegen.generate_cpu_source` is compiled with the
-  fixed flags :data:`FLAGS` (not ``-march=native``: the count must not depend on the
-  host CPU, and valgrind 3.19 cannot execute AVX-512) into an object file cached under
+* the kernel source of :func:`.cpu_codegen.generate_cpu_source` (or
+  :func:`.sc_cpu.generate_source`) is compiled with the fixed flags :data:`FLAGS` (not
+  ``-march=native``: the count must not depend on the host CPU, and valgrind 3.19 cannot
+  execute AVX-512; the symmetric contraction adds its own ``sc_cpu.CFLAGS``, as its
+  production build does) into an object file cached under
   ``cpu_build.cache_root() / "instruction-count"``;
 * a generated driver program (its own translation unit, so the compiler cannot
   specialize the kernel for the driver's constant sizes) fills the inputs from a fixed
   seed and calls the kernel ``argv[1]`` times, as ``ctypes`` calls the production
-  library: the argument lists of ``cpu_build._SIGNATURES``, one thread;
+  library: the argument lists of ``cpu_build._SIGNATURES`` (the symmetric contraction's:
+  the node count, the arrays its program reads, those it writes), one thread;
 * the driver runs under ``valgrind --tool=cachegrind --cache-sim=no`` with 2 and with 4
   calls; half the difference of the two totals (``Ir``) is one call, without program
   start-up, input filling, the first call's lazy symbol binding or the first two calls'
@@ -45,6 +50,8 @@ from .cpu_build import _SIGNATURES, _compiler_id, cache_root
 from .cpu_codegen import SCALARS, generate_cpu_source
 from .descriptor import TPDescriptor
 from .errors import KernelUnavailable
+from .straight_line import arrays
+from .symmetric_contraction import SymmetricContractionDescriptor
 
 FLAGS: tuple[str, ...] = ("-O3", "-march=x86-64-v3", "-std=c++17", "-fopenmp-simd")
 """Compiler flags of the counted build. ``-fopenmp-simd`` honours the generated
@@ -52,8 +59,10 @@ FLAGS: tuple[str, ...] = ("-O3", "-march=x86-64-v3", "-std=c++17", "-fopenmp-sim
 runtime, so the count is of one thread and no thread pool start-up is counted."""
 
 Kernel = Literal["tp_fwd", "tp_bwd", "tp_dbwd", "conv_fwd", "conv_bwd", "conv_dbwd"]
+ScKernel = Literal["sc_fwd", "sc_bwd", "sc_dbwd"]
 Dtype = Literal["f32", "f64"]
 KERNELS: tuple[Kernel, ...] = ("tp_fwd", "tp_bwd", "tp_dbwd", "conv_fwd", "conv_bwd", "conv_dbwd")
+SC_KERNELS: tuple[ScKernel, ...] = ("sc_fwd", "sc_bwd", "sc_dbwd")
 
 CONV_DEGREE = 8
 """Edges per destination node of the synthetic conv graph (a QM9 radius graph has ~8-9)."""
@@ -174,7 +183,26 @@ def _driver_source(kernel: Kernel, desc: TPDescriptor, dtype: Dtype, batch: int)
     params = [_CTYPES[t] for t in _SIGNATURES[kernel]]
     if len(params) != len(ints) + len(pointers) + 1:  # + 1: the thread count
         raise AssertionError(f"{kernel}: arguments disagree with cpu_build._SIGNATURES")
-    fn, scalar = f"{kernel}_{dtype}", SCALARS[dtype]
+    graph = _graph(batch) if kernel.startswith("conv") else {}
+    return _program(f"{kernel}_{dtype}", params, SCALARS[dtype], ints, pointers, graph)
+
+
+def _sc_driver_source(kernel: ScKernel, desc: SymmetricContractionDescriptor, dtype: Dtype,
+                      nodes: int, channels: int) -> str:
+    """C++ of a program that calls symmetric-contraction ``kernel`` ``argv[1]`` times on
+    seeded ``(nodes, rows, channels)`` arrays, in the order of :func:`.sc_cpu.kernel_source`
+    (those the program reads, then those it writes)."""
+    read, written = arrays(desc.programs()[kernel])
+    names = read + written
+    params = ["int64_t", *[_CTYPES[ctypes.c_void_p]] * len(names), "int"]
+    pointers: list[_Arg] = [("f", nodes * desc.rows(a), channels) for a in names]
+    return _program(f"{kernel}_{dtype}", params, SCALARS[dtype], [nodes], pointers, {})
+
+
+def _program(fn: str, params: list[str], scalar: str, ints: list[int], pointers: list[_Arg],
+             statics: dict[str, list[int]]) -> str:
+    """C++ of a program that calls ``fn(ints..., pointers..., 1)`` ``argv[1]`` times: float
+    buffers filled from :data:`INPUT_SEED`, ``statics`` as constant int64 arrays."""
     lines = [
         "#include <cstdint>",
         "#include <cstdlib>",
@@ -191,9 +219,8 @@ def _driver_source(kernel: Kernel, desc: TPDescriptor, dtype: Dtype, batch: int)
         "  return v;",
         "}",
     ]
-    if kernel.startswith("conv"):
-        for name, values in _graph(batch).items():
-            lines.append(f"static const int64_t {name}[] = {{{', '.join(map(str, values))}}};")
+    for name, values in statics.items():
+        lines.append(f"static const int64_t {name}[] = {{{', '.join(map(str, values))}}};")
     args = [str(i) for i in ints]
     lines.append("int main(int argc, char** argv) {")
     for n, arg in enumerate(pointers):
@@ -211,13 +238,14 @@ def _driver_source(kernel: Kernel, desc: TPDescriptor, dtype: Dtype, batch: int)
     return "\n".join(lines) + "\n"
 
 
-def _compile(cxx: str, sources: Sequence[Path], target: Path, *, object_only: bool) -> None:
+def _compile(cxx: str, flags: Sequence[str], sources: Sequence[Path], target: Path, *,
+             object_only: bool) -> None:
     """Compile into ``target`` unless it exists; built under a temporary name and moved
     into place, so a concurrent process never runs half a file."""
     if target.exists():
         return
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    cmd = [cxx, *FLAGS, *(["-c"] if object_only else []), *map(str, sources), "-o", str(tmp)]
+    cmd = [cxx, *flags, *(["-c"] if object_only else []), *map(str, sources), "-o", str(tmp)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -232,27 +260,45 @@ def _write(path: Path, text: str) -> None:
         os.replace(tmp, path)
 
 
-def build_driver(kernel: Kernel, desc: TPDescriptor, dtype: Dtype, batch: int) -> Path:
-    """The driver executable of one case (built on first use, then cached); files are
-    named by the hash of what they are built from, so a changed generator builds anew."""
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+def _executable(kernel_source: str, driver: str, dtype: Dtype, flags: Sequence[str]) -> Path:
+    """The driver executable linked with the kernel source's object file (built on first
+    use, then cached); files are named by the hash of what they are built from, so a
+    changed generator builds anew."""
     cxx = _cxx()
-    source = generate_cpu_source(desc, dtype)
     key = hashlib.sha256(
-        "\n".join([source, " ".join(FLAGS), _compiler_id(cxx)]).encode()
+        "\n".join([kernel_source, " ".join(flags), _compiler_id(cxx)]).encode()
     ).hexdigest()[:16]
     build_dir = cache_root() / "instruction-count" / key
     build_dir.mkdir(parents=True, exist_ok=True)
     kernel_src, kernel_obj = build_dir / f"kernels_{dtype}.cpp", build_dir / f"kernels_{dtype}.o"
-    _write(kernel_src, source)
-    _compile(cxx, [kernel_src], kernel_obj, object_only=True)
-    driver = _driver_source(kernel, desc, dtype, batch)
+    _write(kernel_src, kernel_source)
+    _compile(cxx, flags, [kernel_src], kernel_obj, object_only=True)
     name = f"driver_{hashlib.sha256(driver.encode()).hexdigest()[:16]}"
     driver_src, exe = build_dir / f"{name}.cpp", build_dir / name
     _write(driver_src, driver)
-    _compile(cxx, [driver_src, kernel_obj], exe, object_only=False)
+    _compile(cxx, flags, [driver_src, kernel_obj], exe, object_only=False)
     return exe
+
+
+def build_driver(kernel: Kernel, desc: TPDescriptor, dtype: Dtype, batch: int) -> Path:
+    """The driver executable of one tensor-product or convolution case."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
+    return _executable(generate_cpu_source(desc, dtype),
+                       _driver_source(kernel, desc, dtype, batch), dtype, FLAGS)
+
+
+def build_sc_driver(kernel: ScKernel, desc: SymmetricContractionDescriptor, dtype: Dtype,
+                    nodes: int, channels: int) -> Path:
+    """The driver executable of one symmetric-contraction case: ``nodes`` nodes of
+    ``channels`` channels (the kernels are generated for a fixed channel count)."""
+    from .sc_cpu import CFLAGS, generate_source
+
+    if kernel not in SC_KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(SC_KERNELS)}")
+    return _executable(generate_source(desc, dtype, channels),
+                       _sc_driver_source(kernel, desc, dtype, nodes, channels), dtype,
+                       (*FLAGS, *CFLAGS))
 
 
 def parse_cachegrind(path: Path, event: str = "Ir") -> int:
@@ -293,7 +339,23 @@ def count_instructions(
     program fails under valgrind.
     """
     valgrind = _valgrind()
-    exe = build_driver(kernel, workload_descriptor(workload), dtype, batch)
+    return _count(valgrind, build_driver(kernel, workload_descriptor(workload), dtype, batch),
+                  kernel)
+
+
+def count_sc_instructions(
+    desc: SymmetricContractionDescriptor, channels: int, kernel: ScKernel,
+    dtype: Dtype = "f32", nodes: int = 16,
+) -> int:
+    """Instructions one call of symmetric-contraction ``kernel`` (``sc_fwd``, ``sc_bwd``,
+    ``sc_dbwd``) of ``desc`` executes on ``nodes`` nodes of ``channels`` channels, in
+    ``dtype``, on one thread; raises as :func:`count_instructions`."""
+    valgrind = _valgrind()
+    return _count(valgrind, build_sc_driver(kernel, desc, dtype, nodes, channels), kernel)
+
+
+def _count(valgrind: str, exe: Path, kernel: str) -> int:
+    """One call's instructions: half the difference of the totals of 4 and 2 calls."""
     with tempfile.TemporaryDirectory(prefix="eqb-cachegrind-") as tmp:
         few, many = (_run_counted(valgrind, exe, calls, Path(tmp)) for calls in _CALLS)
     per_call, rest = divmod(many - few, _CALLS[1] - _CALLS[0])

@@ -65,6 +65,29 @@ def test_twice_the_work_counts_twice(
     assert 1.9 < double / small < 2.1
 
 
+@needs_valgrind
+def test_symmetric_contraction_counts_twice_for_twice_the_nodes(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mace.modules", exc_type=ImportError)
+    monkeypatch.setenv("EQUIBENCH_KERNEL_CACHE", str(cache))
+    # the small model's block: its kernels compile in about a second; at 16 and 32 nodes
+    # the scratch buffer each call allocates (a fixed cost) weighs little
+    desc, channels = _script().sc_description("mace-small-product0")
+    for kernel in ic.SC_KERNELS:
+        small = ic.count_sc_instructions(desc, channels, kernel, "f32", 16)
+        assert ic.count_sc_instructions(desc, channels, kernel, "f32", 16) == small > 1_000
+        assert 1.9 < ic.count_sc_instructions(desc, channels, kernel, "f32", 32) / small < 2.1
+
+
+def test_symmetric_contraction_workload_names_are_checked() -> None:
+    pytest.importorskip("mace.modules", exc_type=ImportError)
+    with pytest.raises(ValueError, match="mace-VARIANT-productK"):
+        _script().sc_description("mace-nonesuch-product0")
+    with pytest.raises(ValueError, match="product blocks"):
+        _script().sc_description("mace-small-product9")
+
+
 def test_missing_valgrind_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(KernelUnavailable, match="apt-get install valgrind"):
