@@ -70,7 +70,8 @@ DIFFERENT_SIZE = "different size"
 NOT_MEASURED = "not measured"
 
 # quantity -> bigger is better
-QUANTITIES = {"throughput": True, "time": False, "peak_mem_bytes": False, "max_batch": True}
+QUANTITIES = {"throughput": True, "time": False, "peak_tensor_bytes": False,
+              "max_batch": True}
 AGGREGATES = ("geomean", "upper_quartile")
 SELECTOR_COLUMNS = ("level", "workload", "implementation", "variant", "direction", "precision",
                     "batch")
@@ -530,8 +531,8 @@ def evaluate_claim(claim: Claim, frame: pd.DataFrame, resamples: int = BOOTSTRAP
     if run_spread < 1:
         raise ValueError(f"run_spread must be >= 1, got {run_spread}")
     ok = frame[frame["status"] == "ok"].copy()
-    if claim.quantity == "peak_mem_bytes":
-        ok = ok[ok["peak_mem_bytes"] > 0]  # -1: not measured; 0: below the method's resolution
+    if claim.quantity == "peak_tensor_bytes":
+        ok = ok[ok["peak_tensor_bytes"] > 0]  # -1: not measured; 0: below the resolution
     ok["machine"] = machine_labels(ok)
     why = pd.Series([excluded(row) for _, row in ok.iterrows()], index=ok.index, dtype=str)
     # The rows a claim could have used, for naming those left out: with max_batch, also the

@@ -382,9 +382,9 @@ def test_one_run_is_widened_by_the_run_to_run_spread(frame):
 def test_one_run_of_memory_is_not_widened_by_the_timing_spread():
     """A memory ratio measured exactly at the claim is reproduced from one run: the
     run-to-run spread of timings says nothing about bytes."""
-    rows = [{**_two_impl_row("r1", impl, 1.0), "peak_mem_bytes": mem}
+    rows = [{**_two_impl_row("r1", impl, 1.0), "peak_tensor_bytes": mem}
             for impl, mem in (("cuequivariance", 1_000), ("e3nn", 4_300))]
-    claim = _claim(quantity="peak_mem_bytes", claimed=4.3)
+    claim = _claim(quantity="peak_tensor_bytes", claimed=4.3)
     (found,) = claims.evaluate_claim(claim, results.to_frame(rows))
     assert found.measured == pytest.approx(4.3) and found.ci_low == pytest.approx(4.3)
     assert found.verdict == REPRODUCED and "spread not known" in found.note

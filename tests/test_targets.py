@@ -164,8 +164,8 @@ def test_a_fallback_peer_is_not_measured_and_says_so(baseline):
 
 def test_an_unmeasured_peak_meets_no_target(baseline):
     frame = baseline.copy()
-    frame.loc[frame["implementation"] == "e3nn", "peak_mem_bytes"] = -1
-    frame.loc[frame["variant"] == "optimized", "peak_mem_bytes"] = 0
+    frame.loc[frame["implementation"] == "e3nn", "peak_tensor_bytes"] = -1
+    frame.loc[frame["variant"] == "optimized", "peak_tensor_bytes"] = 0
     for target_id in ("conv-memory-vs-e3nn", "mace-memory-vs-e3nn", "se3t-train-memory"):
         assert {r.verdict for r in _judge(frame, target_id)} == {targets.NOT_MEASURED}
 
