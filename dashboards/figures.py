@@ -48,12 +48,15 @@ def esc(value: object) -> str:
     return html.escape(str(value))
 
 
-def series_label(implementation: str, variant: str, extra: str) -> str:
+def series_label(implementation: str, variant: str, extra: str, status: str = "ok") -> str:
     """The name a row's numbers carry in every figure: ``implementation [variant]``, marked
     ``(fallback)`` when its code was not the product's own (e.g. cuEquivariance's pure-PyTorch
-    path on a CPU), so that a fallback's number never stands for the product."""
+    path on a CPU), so that a fallback's number never stands for the product, and
+    ``(unverifiable)`` when the gate could not tell its rounding from a planted error."""
     label = implementation if variant == "default" else f"{implementation} [{variant}]"
-    return f"{label} (fallback)" if code_path(extra).get("fallback") else label
+    if code_path(extra).get("fallback"):
+        label = f"{label} (fallback)"
+    return f"{label} (unverifiable)" if status == "unverifiable" else label
 
 
 def prepared(frame: pd.DataFrame, ok_only: bool = True) -> pd.DataFrame:
@@ -62,8 +65,9 @@ def prepared(frame: pd.DataFrame, ok_only: bool = True) -> pd.DataFrame:
     ok = (frame[frame["status"].isin(TIMED_STATUSES)] if ok_only else frame).copy()
     ok["machine"] = machine_labels(ok)
     ok["tag"] = [tag(m, p) for m, p in zip(ok["machine"], ok["precision"], strict=True)]
-    ok["series"] = [series_label(i, v, e) for i, v, e in
-                    zip(ok["implementation"], ok["variant"], ok["extra"], strict=True)]
+    ok["series"] = [series_label(i, v, e, st) for i, v, e, st in
+                    zip(ok["implementation"], ok["variant"], ok["extra"], ok["status"],
+                        strict=True)]
     ok["commit"] = ok["git_commit"].astype(str).str.slice(0, 10)
     return ok
 
@@ -85,7 +89,8 @@ def _largest_batch(data: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return data.sort_values("batch").groupby(keys, as_index=False).tail(1)
 
 
-STATUS_COLORS = {"ok": "#2f9e44", "incorrect": "#e03131", "oom": "#f08c00",
+STATUS_COLORS = {"ok": "#2f9e44", "unverifiable": "#94d82d", "incorrect": "#e03131",
+                 "oom": "#f08c00",
                  "error": "#862e9c", "unavailable": "#adb5bd", "imported": "#1971c2"}
 
 
@@ -104,8 +109,10 @@ def status_counts(frame: pd.DataFrame) -> Chart:
             marker_color=STATUS_COLORS.get(status, "#495057"),
             hovertemplate=f"{esc(status)}: %{{y}} case(s)<br>%{{x}}<extra></extra>"))
     fig.update_layout(barmode="stack", yaxis_title="cases", height=420, margin=MARGIN)
-    return Chart(key, title, fig, counts, note="Only ok cases were timed; every other status "
-                 "is listed with its reason below.")
+    return Chart(key, title, fig, counts, note="Only ok and unverifiable cases were timed "
+                 "(unverifiable: a low precision whose rounding the gate cannot tell from a "
+                 "planted error; never a verdict's evidence); every other status is listed "
+                 "with its reason below.")
 
 
 def throughput_heatmap(frame: pd.DataFrame, level: str) -> Chart:
