@@ -59,8 +59,8 @@ def test_autocast_bfloat16_is_gated_and_says_what_ran_in_it(backend: str,
         pytest.skip(row["reason"])  # no C++ compiler here
     assert row["status"] == "ok", row.get("reason")
     # Really in bfloat16 (8 bits: float32 would be ~1e-6), within the amp-bfloat16 bound.
-    assert 1e-4 < row["max_scaled_err"] <= row["tolerance"] == 0.1
-    assert row["equivariance_err"] <= 0.1
+    assert 1e-4 < row["max_scaled_err"] <= row["tolerance"] == 5e-2
+    assert row["equivariance_err"] <= 5e-2
     autocast = row["extra"]["autocast"]
     assert "aten::tensordot (e3nn o3.Linear) promoted" in autocast
     assert ("fused kernels in float32" in autocast) == (backend == "fused")

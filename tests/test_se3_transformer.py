@@ -325,10 +325,14 @@ def test_mixed_precision_runs_the_step_under_autocast_and_is_gated():
 
 def test_float16_training_step_scales_its_loss_as_nvidias_recipe():
     """amp-float16 trains with a scaled loss (GradScaler, as NVIDIA's recipe): at 2^16 this
-    model's float16 gradients overflow, so the scaler starts lower, and the step passes."""
+    model's float16 gradients overflow, so the scaler starts lower and none underflows."""
     settings = RunSettings(measure=MeasureConfig(min_repeats=1, max_repeats=1, warmup=0,
                                                  rounds=1))
     row = run_case(Case("model", "se3t-qm9-small", "basis", "low-memory", "train_step",
                         "amp-float16", 4, "cpu"), settings)
-    assert row["status"] == "ok", row.get("reason")
     assert 1 < row["extra"]["loss_scale"] < 2.0**16
+    # Underflowing float16 gradients would be zeros (an error of 1, incorrect); scaled, the
+    # worst parameter's gradient is ~10% off, float16 rounding grown by the depth, which
+    # the gate cannot tell from a planted 10% error: timed, unverifiable.
+    assert row["status"] == "unverifiable", row.get("reason")
+    assert row["tolerance"] < row["max_scaled_err"] < 0.5
