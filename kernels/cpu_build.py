@@ -244,7 +244,11 @@ def build_library(sources: dict[str, str], build_dir: Path, prefix: str,
             name=name,
             sources=paths,
             extra_cflags=cflags,
-            extra_ldflags=LDFLAGS,
+            # a copy: load() appends torch's own libraries to the list it is given, which
+            # on LDFLAGS itself changed the key (the name) of every later library of the
+            # process, so the cache held the same source under several names and a process
+            # whose builds came in another order compiled it again (minutes for MACE's)
+            extra_ldflags=list(LDFLAGS),
             build_directory=str(build_dir),
             is_python_module=False,
             verbose=False,

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from equibench.kernels import KernelUnavailable, TPDescriptor
+from equibench.kernels import KernelUnavailable, TPDescriptor, cpu_build
 from equibench.kernels.cpu_build import cpu_kernels
 
 _BUILD = """
@@ -45,3 +45,12 @@ def test_missing_compiler_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path:
     desc = TPDescriptor.from_e3nn("7x0e", "1x0e", "7x0e", [(0, 0, 0, "uvu", True)])
     with pytest.raises(KernelUnavailable, match="no C\\+\\+ compiler"):
         cpu_kernels(desc)
+
+
+def test_a_build_leaves_the_flags_that_name_the_next(tmp_path: Path) -> None:
+    """A library's name hashes its link flags: a build must not change them for the next
+    build of the process (torch's load() appends to the list it is given)."""
+    before = list(cpu_build.LDFLAGS)
+    cpu_build.build_library({"f32": 'extern "C" int eqb_probe() { return 1; }\n'}, tmp_path,
+                            "eqb_probe")
+    assert cpu_build.LDFLAGS == before
