@@ -12,9 +12,10 @@ measured two ways, each on calls made after timing:
 - live tensor bytes (:func:`peak_tensor_memory`): the highest sum of the bytes torch's CPU
   allocator handed out during one call less those it took back, from the profiler's memory
   events. It counts what the call asks for, whichever ``malloc`` serves it, so it is the
-  figure memory ratios compare. It misses memory that bypasses torch's allocator (e.g. a
-  C++ kernel's ``std::vector`` scratch, BLAS buffers) and allocations made on intra-op
-  worker threads, which the profiler does not follow.
+  figure memory ratios compare. It misses memory that bypasses torch's allocator (BLAS
+  buffers, a C++ kernel's own scratch: our convolution kernels take theirs from torch, see
+  ``kernels.cpu_build.conv_workspace``) and allocations made on intra-op worker threads,
+  which the profiler does not follow.
 - resident-set growth (:func:`peak_memory`): the process's resident set over its baseline
   (``VmHWM`` after resetting it through ``/proc/self/clear_refs``), which sees everything
   but also how the allocator maps and reuses pages, so it moves with the allocator and

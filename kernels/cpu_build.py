@@ -38,9 +38,9 @@ _SIGNATURES: dict[str, list] = {
     "tp_fwd": [_I64] + [_P] * 4 + [_INT],
     "tp_bwd": [_I64] + [_P] * 7 + [_INT],
     "tp_dbwd": [_I64] + [_P] * 11 + [_INT],
-    "conv_fwd": [_I64, _I64] + [_P] * 7 + [_INT],
-    "conv_bwd": [_I64, _I64] + [_P] * 10 + [_INT],
-    "conv_dbwd": [_I64, _I64] + [_P] * 17 + [_INT],
+    "conv_fwd": [_I64, _I64] + [_P] * 8 + [_INT],
+    "conv_bwd": [_I64, _I64] + [_P] * 11 + [_INT],
+    "conv_dbwd": [_I64, _I64] + [_P] * 18 + [_INT],
 }
 
 _LOCK = threading.Lock()
@@ -167,9 +167,11 @@ class CpuKernels:
         d = self.desc
         self._check((x, d.in1_dim), (y, d.in2_dim), (w, d.weight_numel))
         out = x.new_empty(plan.num_nodes, d.out_dim)
+        workspace = x.new_empty(conv_workspace("conv_fwd", d, plan.num_nodes, plan.num_src))
         self._call(
             "conv_fwd", x.dtype, plan.num_nodes, plan.num_src,
-            *map(_ptr, (plan.dst_ptr, plan.dst_perm, plan.edge_src, x, y, w, out)), _threads(),
+            *map(_ptr, (plan.dst_ptr, plan.dst_perm, plan.edge_src, x, y, w, out, workspace)),
+            _threads(),
         )  # fmt: skip
         return out
 
@@ -180,9 +182,11 @@ class CpuKernels:
         d = self.desc
         self._check((g, d.out_dim), (x, d.in1_dim), (y, d.in2_dim), (w, d.weight_numel))
         gx, gy, gw = torch.empty_like(x), torch.empty_like(y), torch.empty_like(w)
+        workspace = x.new_empty(conv_workspace("conv_bwd", d, plan.num_nodes, plan.num_src))
         self._call(
             "conv_bwd", x.dtype, plan.num_nodes, plan.num_src,
-            *map(_ptr, (plan.src_ptr, plan.src_perm, plan.edge_dst, g, x, y, w, gx, gy, gw)),
+            *map(_ptr, (plan.src_ptr, plan.src_perm, plan.edge_dst, g, x, y, w, gx, gy, gw,
+                        workspace)),
             _threads(),
         )  # fmt: skip
         return gx, gy, gw
@@ -207,11 +211,22 @@ class CpuKernels:
         dg, dx, dy, dw = (torch.empty_like(t) for t in (g, x, y, w))
         graph = (plan.dst_ptr, plan.dst_perm, plan.edge_src, plan.src_ptr, plan.src_perm,
                  plan.edge_dst)  # fmt: skip
+        workspace = x.new_empty(conv_workspace("conv_dbwd", d, plan.num_nodes, plan.num_src))
         self._call(
             "conv_dbwd", x.dtype, plan.num_nodes, plan.num_src,
-            *map(_ptr, (*graph, g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw)), _threads(),
+            *map(_ptr, (*graph, g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw, workspace)),
+            _threads(),
         )  # fmt: skip
         return dg, dx, dy, dw
+
+
+def conv_workspace(kernel: str, desc: TPDescriptor, num_nodes: int, num_src: int) -> int:
+    """Elements of the workspace a convolution kernel writes its channel-major copies of
+    node tensors to: x for ``conv_fwd``, g for ``conv_bwd``, x, ggx and g for
+    ``conv_dbwd`` (see ``to_cm_all`` in :mod:`.cpu_codegen`)."""
+    return {"conv_fwd": num_src * desc.in1_dim,
+            "conv_bwd": num_nodes * desc.out_dim,
+            "conv_dbwd": 2 * num_src * desc.in1_dim + num_nodes * desc.out_dim}[kernel]
 
 
 def build_library(sources: dict[str, str], build_dir: Path, prefix: str,

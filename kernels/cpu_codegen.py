@@ -855,12 +855,13 @@ static void tp_dbwd(int64_t B, const T* g, const T* x, const T* y, const T* w,
   }
 }
 
-// Node tensor (n rows, e3nn layout) -> channel-major copy, for gathers by edge.
+// Node tensor (n rows, e3nn layout) -> channel-major copy into d (n * D), for gathers by
+// edge. d is workspace the caller allocates (through torch, so that a measurement of live
+// tensor bytes sees it, as it sees every other implementation's intermediates).
 template <typename T, int64_t D, void (*F)(const T*, T*)>
-static std::vector<T> to_cm_all(const T* s, int64_t n, int nt) {
-  std::vector<T> d(static_cast<size_t>(n * D));
+static const T* to_cm_all(const T* s, int64_t n, T* d, int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static) if (n >= MIN_PAR)
-  for (int64_t r = 0; r < n; ++r) F(s + r * D, d.data() + r * D);
+  for (int64_t r = 0; r < n; ++r) F(s + r * D, d + r * D);
   return d;
 }
 
@@ -869,8 +870,8 @@ static std::vector<T> to_cm_all(const T* s, int64_t n, int nt) {
 template <typename T>
 static void conv_fwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
                      const int64_t* dst_perm, const int64_t* edge_src,
-                     const T* x, const T* y, const T* w, T* out, int nt) {
-  const std::vector<T> xcm = to_cm_all<T, IN1, to_cm_in1<T>>(x, n_src, nt);
+                     const T* x, const T* y, const T* w, T* out, T* ws, int nt) {
+  const T* xcm = to_cm_all<T, IN1, to_cm_in1<T>>(x, n_src, ws, nt);
 #pragma omp parallel num_threads(nt) if (dst_ptr[n_dst] >= MIN_PAR)
   {
     alignas(64) T oc[OUTB];
@@ -887,7 +888,7 @@ static void conv_fwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
             prefetch_l2(w + dst_perm[dst_ptr[n]] * WN + FWD_W_BEGIN[c + 1],
                         FWD_W_END[c + 1] - FWD_W_BEGIN[c + 1]);
           }
-          row_fwd_part<T, false>(c, xcm.data() + edge_src[e] * IN1, y + e * IN2, w + e * WN,
+          row_fwd_part<T, false>(c, xcm + edge_src[e] * IN1, y + e * IN2, w + e * WN,
                                  oc);
         }
         fwd_end(c, oc, out + n * OUT);
@@ -902,8 +903,8 @@ template <typename T>
 static void conv_bwd(int64_t n_dst, int64_t n_src, const int64_t* src_ptr,
                      const int64_t* src_perm, const int64_t* edge_dst,
                      const T* g, const T* x, const T* y, const T* w,
-                     T* gx, T* gy, T* gw, int nt) {
-  const std::vector<T> gcm = to_cm_all<T, OUT, to_cm_out<T>>(g, n_dst, nt);
+                     T* gx, T* gy, T* gw, T* ws, int nt) {
+  const T* gcm = to_cm_all<T, OUT, to_cm_out<T>>(g, n_dst, ws, nt);
 #pragma omp parallel num_threads(nt) if (src_ptr[n_src] >= MIN_PAR)
   {
     alignas(64) T xc[IN1B];
@@ -915,7 +916,7 @@ static void conv_bwd(int64_t n_dst, int64_t n_src, const int64_t* src_ptr,
       for (int64_t p = src_ptr[s]; p < src_ptr[s + 1]; ++p) {
         const int64_t e = src_perm[p];
         zero(gy + e * IN2, IN2);
-        row_bwd<T>(xc, y + e * IN2, w + e * WN, gcm.data() + edge_dst[e] * OUT,
+        row_bwd<T>(xc, y + e * IN2, w + e * WN, gcm + edge_dst[e] * OUT,
                    gxc, gy + e * IN2, gw + e * WN);
       }
       from_cm_in1(gxc, gx + s * IN1);
@@ -929,11 +930,12 @@ static void conv_dbwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
                       const int64_t* src_ptr, const int64_t* src_perm, const int64_t* edge_dst,
                       const T* g, const T* x, const T* y, const T* w,
                       const T* ggx, const T* ggy, const T* ggw,
-                      T* dg, T* dx, T* dy, T* dw, int nt) {
-  const std::vector<T> xcm = to_cm_all<T, IN1, to_cm_in1<T>>(x, n_src, nt);
-  const std::vector<T> ggxcm = ggx ? to_cm_all<T, IN1, to_cm_in1<T>>(ggx, n_src, nt)
-                                   : std::vector<T>();
-  const std::vector<T> gcm = to_cm_all<T, OUT, to_cm_out<T>>(g, n_dst, nt);
+                      T* dg, T* dx, T* dy, T* dw, T* ws, int nt) {
+  // ws: x, then ggx (when given), channel-major by source node; then g by target node.
+  const T* xcm = to_cm_all<T, IN1, to_cm_in1<T>>(x, n_src, ws, nt);
+  const T* ggxcm = ggx ? to_cm_all<T, IN1, to_cm_in1<T>>(ggx, n_src, ws + n_src * IN1, nt)
+                       : nullptr;
+  const T* gcm = to_cm_all<T, OUT, to_cm_out<T>>(g, n_dst, ws + 2 * n_src * IN1, nt);
 #pragma omp parallel num_threads(nt) if (src_ptr[n_src] >= MIN_PAR)
   {
     alignas(64) T dgc[OUTB];
@@ -943,7 +945,7 @@ static void conv_dbwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
       zero(dgc, OUT);
       for (int64_t p = dst_ptr[n]; p < dst_ptr[n + 1]; ++p) {
         const int64_t e = dst_perm[p], s = edge_src[e];
-        row_dbwd_dg<T>(xcm.data() + s * IN1, ggx ? ggxcm.data() + s * IN1 : nullptr,
+        row_dbwd_dg<T>(xcm + s * IN1, ggx ? ggxcm + s * IN1 : nullptr,
                        y + e * IN2, ggy ? ggy + e * IN2 : nullptr,
                        w + e * WN, ggw ? ggw + e * WN : nullptr, dgc);
       }
@@ -956,10 +958,10 @@ static void conv_dbwd(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr,
         const int64_t e = src_perm[p];
         zero(dy + e * IN2, IN2);
         zero(dw + e * WN, WN);
-        row_dbwd_rest<T>(xcm.data() + s * IN1, ggx ? ggxcm.data() + s * IN1 : nullptr,
+        row_dbwd_rest<T>(xcm + s * IN1, ggx ? ggxcm + s * IN1 : nullptr,
                          y + e * IN2, ggy ? ggy + e * IN2 : nullptr,
                          w + e * WN, ggw ? ggw + e * WN : nullptr,
-                         gcm.data() + edge_dst[e] * OUT, dxc, dy + e * IN2, dw + e * WN);
+                         gcm + edge_dst[e] * OUT, dxc, dy + e * IN2, dw + e * WN);
       }
       from_cm_in1(dxc, dx + s * IN1);
     }
@@ -983,21 +985,21 @@ void tp_dbwd_SFX(int64_t B, const SCALAR* g, const SCALAR* x, const SCALAR* y, c
 }
 void conv_fwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr, const int64_t* dst_perm,
                   const int64_t* edge_src, const SCALAR* x, const SCALAR* y, const SCALAR* w,
-                  SCALAR* out, int nt) {
-  conv_fwd(n_dst, n_src, dst_ptr, dst_perm, edge_src, x, y, w, out, nt);
+                  SCALAR* out, SCALAR* ws, int nt) {
+  conv_fwd(n_dst, n_src, dst_ptr, dst_perm, edge_src, x, y, w, out, ws, nt);
 }
 void conv_bwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* src_ptr, const int64_t* src_perm,
                   const int64_t* edge_dst, const SCALAR* g, const SCALAR* x, const SCALAR* y,
-                  const SCALAR* w, SCALAR* gx, SCALAR* gy, SCALAR* gw, int nt) {
-  conv_bwd(n_dst, n_src, src_ptr, src_perm, edge_dst, g, x, y, w, gx, gy, gw, nt);
+                  const SCALAR* w, SCALAR* gx, SCALAR* gy, SCALAR* gw, SCALAR* ws, int nt) {
+  conv_bwd(n_dst, n_src, src_ptr, src_perm, edge_dst, g, x, y, w, gx, gy, gw, ws, nt);
 }
 void conv_dbwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr, const int64_t* dst_perm,
                    const int64_t* edge_src, const int64_t* src_ptr, const int64_t* src_perm,
                    const int64_t* edge_dst, const SCALAR* g, const SCALAR* x, const SCALAR* y,
                    const SCALAR* w, const SCALAR* ggx, const SCALAR* ggy, const SCALAR* ggw,
-                   SCALAR* dg, SCALAR* dx, SCALAR* dy, SCALAR* dw, int nt) {
+                   SCALAR* dg, SCALAR* dx, SCALAR* dy, SCALAR* dw, SCALAR* ws, int nt) {
   conv_dbwd(n_dst, n_src, dst_ptr, dst_perm, edge_src, src_ptr, src_perm, edge_dst,
-            g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw, nt);
+            g, x, y, w, ggx, ggy, ggw, dg, dx, dy, dw, ws, nt);
 }
 """
 

@@ -169,10 +169,12 @@ def _arguments(kernel: Kernel, desc: TPDescriptor, batch: int) -> tuple[list[int
     y, w = ("f", edges, in2), ("f", edges, wn)
     by_dst: list[_Arg] = [("i", "dst_ptr"), ("i", "dst_perm"), ("i", "edge_src")]
     by_src: list[_Arg] = [("i", "src_ptr"), ("i", "src_perm"), ("i", "edge_dst")]
+    # The last pointer: the workspace (cpu_build.conv_workspace) of nodes x columns.
     pointers = {
-        "conv_fwd": [*by_dst, x, y, w, o],
-        "conv_bwd": [*by_src, o, x, y, w, x, y, w],
-        "conv_dbwd": [*by_dst, *by_src, o, x, y, w, x, y, w, o, x, y, w],
+        "conv_fwd": [*by_dst, x, y, w, o, ("f", batch, in1)],
+        "conv_bwd": [*by_src, o, x, y, w, x, y, w, ("f", batch, out)],
+        "conv_dbwd": [*by_dst, *by_src, o, x, y, w, x, y, w, o, x, y, w,
+                      ("f", batch, 2 * in1 + out)],
     }
     return [batch, batch], pointers[kernel]
 

@@ -181,3 +181,23 @@ def test_rejects_bad_inputs() -> None:
         k.tp_forward(x[:, :-1].contiguous(), y, w)
     with pytest.raises(IndexError):
         ConvPlan.build(torch.tensor([0, 5]), torch.tensor([0, 1]), 3, 3)
+
+
+def test_conv_workspace_is_a_torch_allocation_counted_in_live_tensor_bytes() -> None:
+    """The channel-major copies of node tensors are workspace allocated through torch, so
+    the live-tensor peak of a call (measure.peak_tensor_memory) includes them."""
+    from equibench.kernels.cpu_build import conv_workspace
+    from equibench.measure import peak_tensor_memory
+
+    desc = _descriptor("mace-large")
+    k = cpu_kernels(desc)
+    num_nodes, num_edges = 400, 401
+    src, dst = random_graph(num_nodes, num_edges)
+    plan = ConvPlan.build(src, dst, num_nodes, num_nodes)
+    x, _, _, _ = random_inputs(desc, rows=num_nodes)
+    _, y, w, _ = random_inputs(desc, rows=num_edges, seed=2)
+    x, y, w = (t.float() for t in (x, y, w))
+    peak, method = peak_tensor_memory(lambda: k.conv_forward(x, y, w, plan), "cpu")
+    output = num_nodes * desc.out_dim * 4
+    workspace = conv_workspace("conv_fwd", desc, plan.num_nodes, plan.num_src) * 4
+    assert peak >= output + workspace, (peak, output, workspace, method)
