@@ -48,8 +48,8 @@ def _same_values(a: Tensor, b: Tensor) -> bool:
 
 @dataclass
 class GradientView:
-    """How a backend model's gradients and step compare with the reference's (see the
-    module docstring). Built once per case, outside the timed call."""
+    """How a backend model's gradients compare with the reference's (see the module
+    docstring). Built once per case, outside the timed call."""
 
     direct: dict[str, str]  # backend name -> reference name
     groups: dict[str, list[str]]  # backend name -> the reference names it is built from
@@ -76,6 +76,11 @@ class GradientView:
                 raise ValueError(f"backend parameter {name!r} has no reference parameter in "
                                  f"its module {module[:-1]!r}: the gate cannot compare it")
             groups[name] = sources
+        # Every reference gradient is compared, in full or through a projection.
+        covered = set(direct.values()) | {s for sources in groups.values() for s in sources}
+        if missing := sorted(set(ref_params) - covered):
+            raise ValueError(f"the reference parameters {missing} have no counterpart in the "
+                             "backend's model: the gate cannot compare their gradients")
         ref_dirs, backend_dirs = [], []
         if groups:
             generator = torch.Generator().manual_seed(seed + 2000)
