@@ -38,9 +38,10 @@ model's symmetric contraction alone takes minutes to compile here.
 Needs Python 3.11+ (``tomllib`` reads each tree's package layout from its pyproject).
 
 Exit status: 0 passed, or skipped where there is no previous commit (a root commit, or a
-shallow clone without it: clone with ``--depth 2`` or more); 1 a case slower than
-``--factor``, or a case that fails on the head; 2 the stage could not run (worktree,
-hosts). A case that fails on the base alone is reported, not compared, and does not fail.
+shallow clone without it: clone with ``--depth 2`` or more) or whose tree cannot start
+here; 1 a case slower than ``--factor``, or a case that fails on the head; 2 the stage
+could not run (worktree, the head's host). A case that fails on the base alone is
+reported, not compared, and does not fail.
 """
 
 from __future__ import annotations
@@ -439,7 +440,12 @@ class Host:
             start_new_session=True)
         theirs.close()
         host = cls(side, proc, Connection(ours.detach()))
-        kind, modules = host.receive(TIMEOUT_S)
+        try:
+            _, modules = host.receive(TIMEOUT_S)
+        except EOFError:  # its traceback is above, on the stderr it shares with us
+            host.close()
+            raise RuntimeError(f"the {side.name} side's host process exited before it "
+                               "started") from None
         for name, path in modules.items():
             if not Path(path).resolve().is_relative_to(side.tree.resolve()):
                 host.close()
@@ -469,6 +475,11 @@ class Host:
 
 def _fail_line(side: Side, reply: tuple) -> str:
     return f"{side.name} ({side.commit[:12]}): {reply[1].strip().splitlines()[-1]}"
+
+
+class BaseUnavailable(Exception):
+    """The base's tree cannot even start (a broken previous commit): failing on it would
+    also fail the commit that repairs it, so the stage says so and skips."""
 
 
 @dataclass(frozen=True)
@@ -565,7 +576,12 @@ def run_stage(base: Side, head: Side, cases: tuple[AbCase, ...], settings: Setti
     run = Run()
     try:
         for side in (base, head):
-            hosts.append(Host.start(side, preload))
+            try:
+                hosts.append(Host.start(side, preload))
+            except (RuntimeError, TimeoutError) as err:
+                if side.name == "base":
+                    raise BaseUnavailable(str(err)) from err
+                raise
             print(f"[ab] {side.name}: {side.commit[:12]}, equibench from "
                   f"{Path(hosts[-1].modules['equibench']).parent}", flush=True)
         print(report([], settings.factor), flush=True)
@@ -636,6 +652,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(args.rounds, args.round_s, args.factor)
         try:
             run = run_stage(base, head, cases, settings)
+        except BaseUnavailable as err:
+            print(f"[ab] skipped: the base {base.commit[:12]} cannot run here: {err}")
+            return 0
         except (RuntimeError, TimeoutError, EOFError, OSError) as err:
             print(f"[ab] error: {err}", file=sys.stderr)
             return 2

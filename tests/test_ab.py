@@ -138,6 +138,14 @@ def test_the_worktree_holds_the_commit_and_goes_away(repo: Path, tmp_path: Path)
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
 
 
+def test_a_base_that_cannot_start_is_told_apart(tmp_path: Path) -> None:
+    """A broken previous commit must not fail the commit that repairs it: the stage skips."""
+    ab = _ab()
+    broken = ab.Side("base", "0" * 40, tmp_path)  # no pyproject.toml: its host exits at once
+    with pytest.raises(ab.BaseUnavailable, match="exited before it started"):
+        ab.run_stage(broken, broken, ab.CASES[:1], ab.Settings())
+
+
 def test_each_side_imports_its_own_tree(tmp_path: Path) -> None:
     """The editable install maps ``equibench.kernels`` to the main checkout's ``kernels/``;
     a side's finder maps it, as its pyproject says, to its own tree."""
