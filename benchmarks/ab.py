@@ -197,9 +197,9 @@ def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
                           check=check)
 
 
-def resolve_base(repo: Path, rev: str) -> tuple[str | None, str]:
-    """The commit ``rev`` names in ``repo``, or None with why there is none to compare
-    with (a shallow clone that lacks it, or a root commit's missing parent)."""
+def resolve_commit(repo: Path, rev: str) -> tuple[str | None, str]:
+    """The commit ``rev`` names in ``repo`` (``--base``, ``--head``), or None with why
+    there is none (a shallow clone that lacks it, or a root commit's missing parent)."""
     found = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
     if found.returncode == 0:
         return found.stdout.strip(), ""
@@ -630,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--factor must exceed 1, --rounds be >= 1 and --round-s > 0")
     start = time.perf_counter()
     repo = Path(_git(args.repo, "rev-parse", "--show-toplevel").stdout.strip())
-    base_commit, why = resolve_base(repo, args.base)
+    base_commit, why = resolve_commit(repo, args.base)
     if base_commit is None:
         print(f"[ab] skipped: {why}")
         return 0
@@ -641,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
         base = Side("base", base_commit, stack.enter_context(worktree(repo, base_commit,
                                                                        parent)))
         if args.head:
-            head_commit, why = resolve_base(repo, args.head)
+            head_commit, why = resolve_commit(repo, args.head)
             if head_commit is None:
                 print(f"[ab] error: {why}", file=sys.stderr)
                 return 2

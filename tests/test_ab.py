@@ -106,14 +106,14 @@ def repo(tmp_path: Path) -> Path:
 def test_the_base_is_the_first_parent(repo: Path) -> None:
     first = _commit(repo, "one")
     _commit(repo, "two")
-    assert _ab().resolve_base(repo, "HEAD~1") == (first, "")
+    assert _ab().resolve_commit(repo, "HEAD~1") == (first, "")
 
 
 def test_a_root_commit_or_a_shallow_clone_skips(repo: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:
     ab = _ab()
     _commit(repo, "one")
-    commit, why = ab.resolve_base(repo, "HEAD~1")
+    commit, why = ab.resolve_commit(repo, "HEAD~1")
     assert commit is None and "root commit" in why
     assert ab.main(["--repo", str(repo)]) == 0
     assert "[ab] skipped: HEAD~1 does not exist: HEAD is the root commit" in \
@@ -122,7 +122,7 @@ def test_a_root_commit_or_a_shallow_clone_skips(repo: Path, tmp_path: Path,
     _commit(repo, "two")
     shallow = tmp_path / "shallow"
     _git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
-    commit, why = ab.resolve_base(shallow, "HEAD~1")
+    commit, why = ab.resolve_commit(shallow, "HEAD~1")
     assert commit is None and "shallow clone" in why and "--depth 2" in why
     assert ab.main(["--repo", str(shallow)]) == 0
 
