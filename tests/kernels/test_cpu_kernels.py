@@ -187,6 +187,7 @@ def test_conv_workspace_is_a_torch_allocation_counted_in_live_tensor_bytes() -> 
     """The channel-major copies of node tensors are workspace allocated through torch, so
     the live-tensor peak of a call (measure.peak_tensor_memory) includes them."""
     from equibench.kernels.cpu_build import conv_workspace
+
     from equibench.measure import peak_tensor_memory
 
     desc = _descriptor("mace-large")
