@@ -11,13 +11,16 @@ a failed build raises :class:`KernelUnavailable` with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import hashlib
 import os
 import platform
 import shutil
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -229,6 +232,25 @@ def conv_workspace(kernel: str, desc: TPDescriptor, num_nodes: int, num_src: int
             "conv_dbwd": 2 * num_src * desc.in1_dim + num_nodes * desc.out_dim}[kernel]
 
 
+@contextlib.contextmanager
+def _builder(build_dir: Path) -> Iterator[None]:
+    """Hold ``build_dir`` for one build, across processes.
+
+    torch's ``load`` takes a ``lock`` file in the build directory and waits, without limit,
+    while one exists; a process killed during a build (a timeout, a cancelled job) leaves it
+    behind, and every later build of that kernel would hang. An ``flock`` dies with its
+    process: whoever holds it is the only builder here, so a ``lock`` file it finds is stale
+    and goes.
+    """
+    with open(build_dir / "equibench-build.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            (build_dir / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def build_library(sources: dict[str, str], build_dir: Path, prefix: str,
                   extra_cflags: tuple[str, ...] = ()) -> tuple[ctypes.CDLL, Path]:
     """Compile ``sources`` (one C++ file per name) into one library in ``build_dir``,
@@ -255,19 +277,20 @@ def build_library(sources: dict[str, str], build_dir: Path, prefix: str,
             paths.append(str(src))
         from torch.utils.cpp_extension import load
 
-        path = load(
-            name=name,
-            sources=paths,
-            extra_cflags=cflags,
-            # a copy: load() appends torch's own libraries to the list it is given, which
-            # on LDFLAGS itself changed the key (the name) of every later library of the
-            # process, so the cache held the same source under several names and a process
-            # whose builds came in another order compiled it again (minutes for MACE's)
-            extra_ldflags=list(LDFLAGS),
-            build_directory=str(build_dir),
-            is_python_module=False,
-            verbose=False,
-        )
+        with _builder(build_dir):
+            path = load(
+                name=name,
+                sources=paths,
+                extra_cflags=cflags,
+                # a copy: load() appends torch's own libraries to the list it is given, which
+                # on LDFLAGS itself changed the key (the name) of every later library of the
+                # process, so the cache held the same source under several names and a process
+                # whose builds came in another order compiled it again (minutes for MACE's)
+                extra_ldflags=list(LDFLAGS),
+                build_directory=str(build_dir),
+                is_python_module=False,
+                verbose=False,
+            )
         return ctypes.CDLL(str(path)), Path(str(path))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"building CPU kernels in {build_dir} failed: {exc}") from exc

@@ -54,3 +54,19 @@ def test_a_build_leaves_the_flags_that_name_the_next(tmp_path: Path) -> None:
     cpu_build.build_library({"f32": 'extern "C" int eqb_probe() { return 1; }\n'}, tmp_path,
                             "eqb_probe")
     assert cpu_build.LDFLAGS == before
+
+
+def test_a_lock_left_by_a_killed_build_does_not_hang_the_next(tmp_path: Path) -> None:
+    """torch's load() waits without limit while its ``lock`` file exists; a build killed
+    midway leaves one. The next build, the only one holding the directory, removes it."""
+    source = {"f32": 'extern "C" int eqb_stale() { return 2; }\n'}
+    (tmp_path / "lock").write_text("")  # as a killed build leaves it
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from equibench.kernels import cpu_build; "
+         f"lib, _ = cpu_build.build_library({source!r}, Path(sys.argv[1]), 'eqb_stale'); "
+         "print(lib.eqb_stale())", str(tmp_path)],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "2"
+    assert not (tmp_path / "lock").exists()
