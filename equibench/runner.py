@@ -105,7 +105,10 @@ class RunSettings:
 
 
 def _is_oom(err: BaseException) -> bool:
-    if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
+    # torch.OutOfMemoryError is torch >= 2.5's name; the DGL environment's torch 2.2 has
+    # only torch.cuda's.
+    if isinstance(err, (MemoryError, getattr(torch, "OutOfMemoryError",
+                                             torch.cuda.OutOfMemoryError))):
         return True
     text = str(err)
     return "out of memory" in text.lower() or "can't allocate memory" in text.lower()

@@ -86,7 +86,7 @@ def test_claims_preset_runs_every_measurable_claims_cases():
         if not claim.measurable:
             continue
         for side in (claim.numerator, claim.denominator or {}):
-            assert not claims._select(cases, side).empty, (claim.id, claim.version, side)
+            assert not claims.select(cases, side).empty, (claim.id, claim.version, side)
 
 
 def test_per_suite_jobs_sweep_every_implementation_of_a_suite():
