@@ -224,9 +224,9 @@ class GradientMap:
             grad = outputs.get(f"grad:{name}")
             if grad is not None:
                 flat.index_add_(0, index, grad.detach().to("cpu", torch.float64).reshape(-1))
-        for name, part in zip(self.names, flat.split([math.prod(s) for s in self.shapes]),
-                              strict=True):
-            view[f"grad:{name}"] = part.reshape(self.shapes[self.names.index(name)])
+        parts = flat.split([math.prod(s) for s in self.shapes])
+        for name, shape, part in zip(self.names, self.shapes, parts, strict=True):
+            view[f"grad:{name}"] = part.reshape(shape)
         return view
 
 
