@@ -11,7 +11,9 @@ from e3nn import o3  # noqa: F401
 
 import equibench.runner  # noqa: F401
 
-for _module in ("cuequivariance_torch", "equibench.kernels"):
+# mace-torch's modules take ~3 s to import (its tools pull in matscipy, torch_ema, ...):
+# paid once here instead of in each of a job's model and MD case processes.
+for _module in ("cuequivariance_torch", "equibench.kernels", "mace.modules"):
     try:
         importlib.import_module(_module)
     except Exception:  # noqa: BLE001, S110 - an adapter reports the real error later

@@ -4,7 +4,7 @@ from equibench import config
 
 
 def test_presets_validate():
-    for preset in ("quick", "full", "claims"):
+    for preset in ("quick", "full", "claims", "dgl"):
         cfg = config.resolve({"preset": preset})
         assert cfg["name"] == preset
         assert list(config.jobs({**cfg, "device": "cpu"}))
@@ -13,7 +13,7 @@ def test_presets_validate():
 def test_a_preset_file_resolves_as_that_preset():
     """`equibench config workflows/config/full.yaml` shows what `--config preset=full` runs,
     not full.yaml merged over the default preset."""
-    for preset in ("quick", "full", "claims"):
+    for preset in ("quick", "full", "claims", "dgl"):
         assert config.load(config.CONFIG_DIR / f"{preset}.yaml") == config.resolve(
             {"preset": preset})
 
