@@ -12,10 +12,10 @@ import yaml
 
 from equibench.cases import Case, expand
 from equibench.devices import resolve_devices
-from equibench.schema import ConfigError, validated
+from equibench.schema import CONFIG_FILES, ConfigError, validated
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO_ROOT / "workflows" / "config"
+# The presets (workflows/config/*.yaml), wherever the package is installed.
+CONFIG_DIR = Path(str(CONFIG_FILES))
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:

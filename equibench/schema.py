@@ -10,12 +10,15 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping
-from pathlib import Path
+from importlib import resources
 
 import jsonschema
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "workflows" / "config" / "schema.yaml"
+# workflows/config/ in the source tree, installed as the package ``equibench.workflow_config``
+# (pyproject.toml): found the same way by an editable and a regular install.
+CONFIG_FILES = resources.files("equibench.workflow_config")
+SCHEMA_PATH = CONFIG_FILES / "schema.yaml"
 
 
 class ConfigError(ValueError):
