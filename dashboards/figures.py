@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +26,14 @@ from equibench.cases import DIRECTIONS
 from equibench.compare import REFERENCE, machine_labels, speedups
 from equibench.results import TIMED_STATUSES, code_path
 
-PALETTE = qualitative.Plotly + qualitative.D3
+# The series colours: 43 distinct ones (Dark24's near-black is left to the roofline's peak
+# lines). Breakdown categories take their own, paler palette, so that no category looks
+# like an implementation.
+PALETTE = [c for c in qualitative.Plotly + qualitative.D3 + qualitative.Dark24
+           if c != "#222A2A"]
+CATEGORY_PALETTE = qualitative.Set3
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+MARKS = (" (unverifiable)", " (fallback)")  # what series_label appends, last first
 MARGIN = dict(t=110, l=70, r=30, b=60)
 HOVER_TAIL = "commit %{customdata[0]}<br>machine %{customdata[1]}<extra></extra>"
 CASE_COLUMNS = ["level", "workload", "implementation", "variant", "direction", "precision",
@@ -59,6 +66,52 @@ def series_label(implementation: str, variant: str, extra: str, status: str = "o
     return f"{label} (unverifiable)" if status == "unverifiable" else label
 
 
+def series_key(series: str) -> str:
+    """The implementation and variant of a series name, without the marks
+    (``(fallback)``, ``(unverifiable)``) that ``series_label`` adds: what its colour is
+    keyed by."""
+    for mark in MARKS:
+        series = series.removesuffix(mark)
+    return series
+
+
+@dataclass(frozen=True)
+class SeriesColors:
+    """One colour per implementation and variant (``series_key``), for every figure of a
+    site: a series keeps its colour from panel to panel and page to page, and its marked
+    rows (fallback, unverifiable) are drawn in it too. Built once from every series name
+    of the table (``of_names``): the reference's first, then by name, so the map is the
+    same whatever order the rows come in, and names differ in colour while there are
+    colours left in ``PALETTE``."""
+
+    colors: Mapping[str, str]
+
+    @classmethod
+    def of_names(cls, names: Iterable[str]) -> SeriesColors:
+        keys = sorted({series_key(n) for n in names},
+                      key=lambda k: (k.split(" [")[0] != REFERENCE, k))
+        return cls({k: PALETTE[i % len(PALETTE)] for i, k in enumerate(keys)})
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame, history: pd.DataFrame | None = None
+                 ) -> SeriesColors:
+        """The colours of every series in a result table (all rows, any status) and, when
+        given, of the implementations a history table tracks."""
+        names = list(prepared(frame, ok_only=False)["series"]) if len(frame) else []
+        if history is not None and len(history):
+            names += [series_label(i, v, "") for i, v in
+                      zip(history["implementation"], history["variant"], strict=True)]
+        return cls.of_names(names)
+
+    def __call__(self, series: str) -> str:
+        return self.colors[series_key(series)]
+
+
+def _palette(colors: SeriesColors | None, names: Iterable[str]) -> SeriesColors:
+    """``colors`` (the site's), or a figure's own when drawn alone."""
+    return colors if colors is not None else SeriesColors.of_names(names)
+
+
 def prepared(frame: pd.DataFrame, ok_only: bool = True) -> pd.DataFrame:
     """Ok rows (or all) with the derived columns the figures use (machine, tag, series,
     commit)."""
@@ -77,8 +130,13 @@ def _directions(data: pd.DataFrame) -> list[str]:
     return [d for d in DIRECTIONS if d in present] + sorted(present - set(DIRECTIONS))
 
 
-def _colors(names: list[str]) -> dict[str, str]:
-    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(sorted(set(names)))}
+def category_colors(frame: pd.DataFrame) -> dict[str, str]:
+    """One colour per time-breakdown category (``extra.breakdown``) of a table's rows, from
+    its own palette, so that a category keeps its colour from one model family's breakdown
+    to the next and never looks like an implementation."""
+    names = sorted({c for extra in frame["extra"] for c in _breakdown(extra)}) if len(
+        frame) else []
+    return {n: CATEGORY_PALETTE[i % len(CATEGORY_PALETTE)] for i, n in enumerate(names)}
 
 
 def _hover(data: pd.DataFrame) -> np.ndarray:
@@ -167,7 +225,7 @@ def throughput_heatmap(frame: pd.DataFrame, level: str) -> Chart:
 
 
 def speedup_bars(frame: pd.DataFrame, level: str, reference: str = REFERENCE,
-                 column: str = "implementation") -> Chart:
+                 column: str = "implementation", colors: SeriesColors | None = None) -> Chart:
     """Speedup over the rows whose ``column`` is ``reference`` (the reference implementation,
     or e.g. the ``baseline`` variant), same case otherwise, same run and machine."""
     what = reference if column == "implementation" else f"the {reference} {column}"
@@ -180,7 +238,7 @@ def speedup_bars(frame: pd.DataFrame, level: str, reference: str = REFERENCE,
     data = prepared(joined.drop(columns=["machine"]))
     data = data.sort_values(["workload", "batch"])
     directions = _directions(data)
-    colors = _colors(list(data["series"]))
+    colors = _palette(colors, data["series"])
     fig = make_subplots(rows=len(directions), cols=1, subplot_titles=[esc(d) for d in directions],
                         vertical_spacing=0.12 if len(directions) > 1 else 0.1)
     tags, legend_seen = [], set()
@@ -193,7 +251,7 @@ def speedup_bars(frame: pd.DataFrame, level: str, reference: str = REFERENCE,
                     x=[part["workload"].map(esc).tolist(),
                        [f"b={b}" for b in part["batch"]]],
                     y=part["speedup"], name=esc(name), legendgroup=esc(name),
-                    showlegend=first, marker_color=colors[name], customdata=_hover(part),
+                    showlegend=first, marker_color=colors(name), customdata=_hover(part),
                     hovertemplate=f"{esc(name)}: %{{y:.3g}}x<br>%{{x}}<br>" + HOVER_TAIL,
                 ), row=row, col=1)
                 tags.append(t)
@@ -207,7 +265,8 @@ def speedup_bars(frame: pd.DataFrame, level: str, reference: str = REFERENCE,
 
 
 def _against_batch(data: pd.DataFrame, y: str, key: str, title: str, y_title: str,
-                log_y: bool, note: str, columns: list[str]) -> Chart:
+                log_y: bool, note: str, columns: list[str],
+                colors: SeriesColors | None = None) -> Chart:
     """Lines against batch size: a panel per (workload, direction) present, a line per
     series; panels wrap three to a row. When every series has a single batch there is no
     line to draw, and each panel shows a bar per series instead."""
@@ -215,7 +274,7 @@ def _against_batch(data: pd.DataFrame, y: str, key: str, title: str, y_title: st
                     key=lambda p: (p[0], _directions(data).index(p[1])))
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    colors = _colors(list(data["series"]))
+    colors = _palette(colors, data["series"])
     keys = ["tag", "series", "workload", "direction"]
     bars = bool(data.groupby(keys)["batch"].nunique().max() == 1)
     fig = make_subplots(rows=nrows, cols=ncols,
@@ -230,10 +289,10 @@ def _against_batch(data: pd.DataFrame, y: str, key: str, title: str, y_title: st
                       customdata=_hover(part),
                       hovertemplate=f"{esc(name)}<br>batch %{{x}}: %{{y:.4g}}<br>" + HOVER_TAIL)
         # Bars sit on a category axis (one category per batch), lines on a log axis.
-        trace = (go.Bar(x=part["batch"].astype(str), y=part[y], marker_color=colors[name],
+        trace = (go.Bar(x=part["batch"].astype(str), y=part[y], marker_color=colors(name),
                         **common) if bars else
                  go.Scatter(x=part["batch"], y=part[y], mode="lines+markers",
-                            line_color=colors[name], **common))
+                            line_color=colors(name), **common))
         fig.add_trace(trace, row=index // ncols + 1, col=index % ncols + 1)
         tags.append(t)
     fig.update_xaxes(type="category" if bars else "log", title_text="batch")
@@ -245,7 +304,8 @@ def _against_batch(data: pd.DataFrame, y: str, key: str, title: str, y_title: st
     return Chart(key, title, fig, data[columns], note=note)
 
 
-def throughput_vs_batch(frame: pd.DataFrame, level: str) -> Chart:
+def throughput_vs_batch(frame: pd.DataFrame, level: str,
+                        colors: SeriesColors | None = None) -> Chart:
     key, title = f"{level}-throughput", f"{level}: throughput against batch size"
     data = prepared(frame[frame["level"] == level])
     if data.empty:
@@ -254,10 +314,11 @@ def throughput_vs_batch(frame: pd.DataFrame, level: str) -> Chart:
     return _against_batch(data, "throughput", key, title, unit, True,
                        "Median over repeats; higher is better.",
                        [*CASE_COLUMNS, "throughput", "throughput_unit", "time_median_s",
-                        "time_iqr_s"])
+                        "time_iqr_s"], colors)
 
 
-def memory_vs_batch(frame: pd.DataFrame, level: str) -> Chart:
+def memory_vs_batch(frame: pd.DataFrame, level: str,
+                    colors: SeriesColors | None = None) -> Chart:
     key, title = f"{level}-memory", f"{level}: peak extra memory of one call"
     data = prepared(frame[frame["level"] == level])
     data = data[data["peak_tensor_bytes"] >= 0]
@@ -272,7 +333,7 @@ def memory_vs_batch(frame: pd.DataFrame, level: str) -> Chart:
                        "gives the CPU process's resident-set growth (peak_mem_bytes), which "
                        "moves with the allocator.",
                        [*CASE_COLUMNS, "peak_tensor_bytes", "peak_tensor_method",
-                        "peak_mem_bytes", "peak_mem_method"])
+                        "peak_mem_bytes", "peak_mem_method"], colors)
 
 
 def _breakdown(extra: str) -> dict[str, float]:
@@ -286,8 +347,10 @@ def _breakdown(extra: str) -> dict[str, float]:
     return {str(k): float(v) for k, v in found.items() if isinstance(v, (int, float))}
 
 
-def time_breakdown(frame: pd.DataFrame, level: str = "model") -> Chart:
-    """Stacked bars of the seconds per category that rows report in ``extra.breakdown``."""
+def time_breakdown(frame: pd.DataFrame, level: str = "model",
+                   categories: Mapping[str, str] | None = None) -> Chart:
+    """Stacked bars of the seconds per category that rows report in ``extra.breakdown``;
+    ``categories``: their colours (the site's ``category_colors``; default: the rows')."""
     key, title = f"{level}-breakdown", f"{level}: where the time of one call goes"
     data = prepared(frame[frame["level"] == level])
     long = [
@@ -300,7 +363,7 @@ def time_breakdown(frame: pd.DataFrame, level: str = "model") -> Chart:
     parts = pd.DataFrame(long)
     parts["case"] = (parts["workload"] + " " + parts["direction"] + " b="
                      + parts["batch"].astype(str))
-    colors = _colors(list(parts["category"]))
+    colors = categories if categories is not None else category_colors(data)
     fig = go.Figure()
     tags = []
     for (t, category), part in parts.groupby(["tag", "category"]):
@@ -352,7 +415,7 @@ def peaks_from_probe(probe: Mapping | Sequence[Mapping]) -> dict[tuple[str, str]
     return found
 
 
-def roofline(frame: pd.DataFrame, peaks: Peaks) -> Chart:
+def roofline(frame: pd.DataFrame, peaks: Peaks, colors: SeriesColors | None = None) -> Chart:
     """Achieved GFLOP/s against arithmetic intensity (FLOPs per byte), with the machine's
     compute and bandwidth ceilings where known."""
     key, title = "roofline", "Roofline: achieved GFLOP/s against arithmetic intensity"
@@ -361,7 +424,7 @@ def roofline(frame: pd.DataFrame, peaks: Peaks) -> Chart:
     if data.empty:
         return Chart(key, title, None)
     data["intensity"] = data["flops"] / data["bytes"]
-    colors = _colors(list(data["series"]))
+    colors = _palette(colors, data["series"])
     symbols = {d: s for d, s in zip(_directions(data), ["circle", "square", "diamond",
                                                        "triangle-up", "x"], strict=False)}
     fig = go.Figure()
@@ -369,7 +432,7 @@ def roofline(frame: pd.DataFrame, peaks: Peaks) -> Chart:
     for (t, name), part in data.groupby(["tag", "series"]):
         fig.add_trace(go.Scatter(
             x=part["intensity"], y=part["gflops_per_s"], mode="markers", name=esc(name),
-            legendgroup=esc(name), marker=dict(color=colors[name], size=9,
+            legendgroup=esc(name), marker=dict(color=colors(name), size=9,
                                                symbol=part["direction"].map(symbols).tolist()),
             text=(part["level"] + " " + part["workload"] + " " + part["direction"] + " b="
                   + part["batch"].astype(str)).map(esc),
@@ -402,8 +465,9 @@ def roofline(frame: pd.DataFrame, peaks: Peaks) -> Chart:
                                         "gflops_per_s", "gbytes_per_s"]], note=note)
 
 
-def history_lines(history: pd.DataFrame) -> Chart:
-    """Tracked speedups over commits, a line per case."""
+def history_lines(history: pd.DataFrame, colors: SeriesColors | None = None) -> Chart:
+    """Tracked speedups over commits, a line per case: in its implementation's colour,
+    dashed apart from the other cases of the same implementation."""
     key, title = "history", "Speedup over the reference, commit by commit"
     if history is None or history.empty:
         return Chart(key, title, None)
@@ -414,15 +478,20 @@ def history_lines(history: pd.DataFrame) -> Chart:
     position = {c: i for i, c in enumerate(order.index)}
     data["point"] = data["commit"].map(position)
     data = data.sort_values("point")
-    data["case"] = (data["implementation"] + " " + data["level"] + "/" + data["workload"] + " "
+    data["series"] = [series_label(i, v, "") for i, v in
+                      zip(data["implementation"], data["variant"], strict=True)]
+    data["case"] = (data["series"] + " " + data["level"] + "/" + data["workload"] + " "
                     + data["direction"] + " b=" + data["batch"].astype(str))
-    colors = _colors(list(data["case"]))
+    colors = _palette(colors, data["series"])
+    cases = data.drop_duplicates("case").sort_values("case")
+    dash = {case: DASHES[i % len(DASHES)]
+            for _, part in cases.groupby("series") for i, case in enumerate(part["case"])}
     fig = go.Figure()
     tags = []
-    for (t, case), part in data.groupby(["tag", "case"]):
+    for (t, series, case), part in data.groupby(["tag", "series", "case"]):
         fig.add_trace(go.Scatter(
             x=part["point"], y=part["speedup"], mode="lines+markers", name=esc(case),
-            line_color=colors[case], customdata=_hover(part),
+            line=dict(color=colors(series), dash=dash[case]), customdata=_hover(part),
             text=part["timestamp"].astype(str).map(esc),
             hovertemplate=f"{esc(case)}: %{{y:.3g}}x<br>%{{text}}<br>" + HOVER_TAIL,
         ))

@@ -153,18 +153,32 @@ def _memories(line: pd.Series) -> str:
     return text
 
 
-def display(lines: pd.DataFrame) -> pd.DataFrame:
-    """The headline as the Overview shows it: one string per cell (escaped by the page)."""
+def display(lines: pd.DataFrame, device: bool = True) -> pd.DataFrame:
+    """The headline as the Overview shows it under one machine's heading (``by_machine``),
+    which names the machine: one string per cell (escaped by the page). ``device``: say
+    the device in each row (a machine whose lines ran on several)."""
     if lines.empty:
         return pd.DataFrame()
     return pd.DataFrame({
         "level": lines["level"],
         "workload": lines["workload"],
         "direction": lines["direction"],
-        "measured on": [f"{r.machine} ({r.device}), {r.precision}, batch {r.batch}"
+        "measured at": [(f"{r.device}, " if device else "") + f"{r.precision}, batch {r.batch}"
                         for r in lines.itertuples()],
         "fastest": [f"{r.series} (of {r.candidates} ok)" for r in lines.itertuples()],
         f"speedup over {REFERENCE}": [_speedup(r) for _, r in lines.iterrows()],
         "spread of the speedup": [_spread(r) for _, r in lines.iterrows()],
         "peak memory: fastest vs reference": [_memories(r) for _, r in lines.iterrows()],
     })
+
+
+def by_machine(lines: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The headline a machine at a time, as the Overview shows it: its heading (the machine,
+    and its device where all its lines ran on one) and its ``display`` table, which names
+    the device per row only where the machine's lines ran on several."""
+    found = []
+    for machine, part in lines.groupby("machine", sort=True):
+        devices = sorted(set(part["device"]))
+        heading = f"{machine} ({devices[0]})" if len(devices) == 1 else str(machine)
+        found.append((heading, display(part.reset_index(drop=True), len(devices) > 1)))
+    return found

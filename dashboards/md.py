@@ -17,11 +17,13 @@ import plotly.graph_objects as go
 from equibench.dashboards.controls import add_selector
 from equibench.dashboards.figures import (
     CASE_COLUMNS,
+    DASHES,
     HOVER_TAIL,
     MARGIN,
     Chart,
-    _colors,
+    SeriesColors,
     _hover,
+    _palette,
     esc,
     prepared,
 )
@@ -45,7 +47,7 @@ def md_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return data
 
 
-def ns_per_day(frame: pd.DataFrame) -> Chart:
+def ns_per_day(frame: pd.DataFrame, colors: SeriesColors | None = None) -> Chart:
     """Bars of ns/day: per structure, ensemble (nve, nvt) and precision, a bar per backend
     (and model); a machine menu."""
     key, title = "md-ns-per-day", "md: ns/day per backend and precision"
@@ -54,14 +56,14 @@ def ns_per_day(frame: pd.DataFrame) -> Chart:
         return Chart(key, title, None)
     data = data.sort_values(["workload", "direction", "precision", "series"])
     data["run"] = data["workload"] + " " + data["direction"]
-    colors = _colors(list(data["series"]))
+    colors = _palette(colors, data["series"])
     fig = go.Figure()
     tags, legend_seen = [], set()
     for (machine, name), part in data.groupby(["machine", "series"]):
         fig.add_trace(go.Bar(
             x=[part["run"].map(esc).tolist(), part["precision"].map(esc).tolist()],
             y=part["ns_per_day"], name=esc(name), legendgroup=esc(name),
-            showlegend=name not in legend_seen, marker_color=colors[name],
+            showlegend=name not in legend_seen, marker_color=colors(name),
             customdata=_hover(part),
             hovertemplate=f"{esc(name)}: %{{y:.4g}} ns/day<br>%{{x}}<br>" + HOVER_TAIL))
         legend_seen.add(name)
@@ -113,25 +115,32 @@ def _scaling_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return data[sizes >= 2]
 
 
-def scaling(frame: pd.DataFrame) -> list[Chart]:
+def scaling(frame: pd.DataFrame, colors: SeriesColors | None = None) -> list[Chart]:
     """Per structure run at two sizes or more: seconds per MD step and peak memory against
-    atoms, a line per backend, precision and direction; a machine menu."""
+    atoms, a line per backend, precision and direction (the backend's colour, dashed apart
+    by precision and direction); a machine menu."""
     data = _scaling_rows(frame)
-    charts = []
-    for structure, part in (data.groupby("structure") if not data.empty else []):
+    if data.empty:
+        return []
+    palette = _palette(colors, data["series"])
+    charts: list[Chart] = []
+    for structure, part in data.groupby("structure"):
         key = f"md-scaling-{len(charts)}"
         fig = make_subplots(rows=1, cols=2, subplot_titles=("seconds per MD step",
                                                             "peak tensor memory (MiB)"))
         part = part.sort_values("atoms")
         part["line"] = part["series"] + " " + part["precision"] + " " + part["direction"]
-        colors = _colors(list(part["line"]))
+        settings = sorted(set(zip(part["precision"], part["direction"], strict=True)))
+        dash = {s: DASHES[i % len(DASHES)] for i, s in enumerate(settings)}
         tags, legend_seen = [], set()
-        for (machine, line), rows in part.groupby(["machine", "line"]):
+        for (machine, line, series, precision, direction), rows in part.groupby(
+                ["machine", "line", "series", "precision", "direction"]):
             for col, metric, unit in ((1, "per_step_s", "s/step"), (2, "peak_tensor_mib", "MiB")):
                 fig.add_trace(go.Scatter(
                     x=rows["atoms"], y=rows[metric], mode="lines+markers", name=esc(line),
                     legendgroup=esc(line), showlegend=col == 1 and line not in legend_seen,
-                    line_color=colors[line], customdata=_hover(rows),
+                    line=dict(color=palette(series), dash=dash[(precision, direction)]),
+                    customdata=_hover(rows),
                     hovertemplate=f"{esc(line)}: %{{y:.4g}} {unit} at %{{x}} atoms<br>"
                                   + HOVER_TAIL), row=1, col=col)
                 tags.append(machine)

@@ -1,6 +1,7 @@
 """The static dashboard site: HTML pages that work offline, from a server or the file system.
 
-``write_site(frame, out_dir)`` writes index.html (headline, claims, runs, environment),
+``write_site(frame, out_dir)`` writes index.html (the speedup over e3nn per level and case,
+the headline a machine at a time, claims, runs, environment),
 tp.html, conv.html, models.html (a section per model family), md.html (molecular dynamics),
 roofline.html, memory.html and history.html, each figure's data as CSV beside its page,
 results.csv, and Plotly's JavaScript once, as plotly.min.js from the installed ``plotly``
@@ -16,8 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-from equibench.dashboards import figures, headline, md
-from equibench.dashboards.figures import Chart
+from equibench.dashboards import figures, headline, md, overview
+from equibench.dashboards.figures import Chart, SeriesColors
 from equibench.dashboards.layout import (
     PAGES,
     PLOTLY_JS,
@@ -87,9 +88,9 @@ MD_SCALING_NOTE = (
     "the next.")
 
 
-def _md_scaling(frame: pd.DataFrame) -> list[Block]:
+def _md_scaling(frame: pd.DataFrame, colors: SeriesColors) -> list[Block]:
     """The MD page's scaling section: a figure per structure and the largest sizes."""
-    charts = md.scaling(frame)
+    charts = md.scaling(frame, colors)
     if not charts:
         return ["<h2>Scaling</h2>" + _intro("No scaling run in these results. "
                                             + MD_SCALING_NOTE)]
@@ -157,18 +158,27 @@ def _code_paths(frame: pd.DataFrame) -> pd.DataFrame:
     return table_rows.sort_values("fallback", ascending=False, kind="stable")
 
 
+def _headline_tables(lines: pd.DataFrame) -> str:
+    """The headline under a heading per machine, which names it once."""
+    if lines.empty:
+        return table(pd.DataFrame())
+    return "".join(f'<h3 class="machine">{html.escape(heading)}</h3>'
+                   f'<div class="headline">{table(rows)}</div>'
+                   for heading, rows in headline.by_machine(lines))
+
+
 def _index(frame: pd.DataFrame, headline_rows: pd.DataFrame, claim_rows: pd.DataFrame,
            claim_details: pd.DataFrame, claim_pairs: pd.DataFrame,
-           claim_versions: pd.DataFrame) -> list[Block]:
+           claim_versions: pd.DataFrame, colors: SeriesColors) -> list[Block]:
     verdict_classes = ["verdict-" + v.replace(" ", "-") for v in claim_rows.get("verdict", [])]
     env = frame[[c for c in ENV_COLUMNS if c in frame.columns]].drop_duplicates()
     claims_link = '<p><a href="claims.csv">claims (CSV)</a></p>' if not claim_rows.empty else ""
     headline_link = ('<p><a href="headline.csv">headline (CSV)</a></p>'
                      if not headline_rows.empty else "")
-    return [f"""
+    return [overview.speedup_chart(frame, headline_rows, colors), f"""
 <h2>Fastest implementation per case</h2>
 <p class="note">{HEADLINE_RULE}</p>
-<div class="headline">{table(headline.display(headline_rows))}</div>{headline_link}
+{_headline_tables(headline_rows)}{headline_link}
 <p class="note">Every ok case first matched its float64 reference within its precision's
 tolerance: e3nn in float64 for tensor products and convolutions, which for e3nn's own rows
 is the same code (each row's <code>extra.reference</code> says what it was checked against).
@@ -199,9 +209,10 @@ cuEquivariance's pure-PyTorch path without its CUDA kernels); claims never count
 """]
 
 
-def _level_charts(frame: pd.DataFrame, level: str) -> list[Chart]:
-    return [figures.throughput_heatmap(frame, level), figures.speedup_bars(frame, level),
-            figures.throughput_vs_batch(frame, level)]
+def _level_charts(frame: pd.DataFrame, level: str, colors: SeriesColors) -> list[Chart]:
+    return [figures.throughput_heatmap(frame, level),
+            figures.speedup_bars(frame, level, colors=colors),
+            figures.throughput_vs_batch(frame, level, colors)]
 
 
 def _family(workload: str) -> Family:
@@ -215,7 +226,7 @@ def _in_family(chart: Chart, family: Family) -> Chart:
                    title=family.name + chart.title.removeprefix("model"))
 
 
-def _models(frame: pd.DataFrame) -> list[Block]:
+def _models(frame: pd.DataFrame, colors: SeriesColors) -> list[Block]:
     """A section per model family, each with its own figures, so that a legend lists one
     family's backends and variants. Figures without rows for a family are named, not
     drawn (e.g. a family without e3nn has no speedup over it)."""
@@ -227,10 +238,11 @@ def _models(frame: pd.DataFrame) -> list[Block]:
     for family in (f for f in (*FAMILIES, OTHER_MODELS) if (of_row == f).any()):
         rows = models[of_row == family]
         charts = [_in_family(c, family) for c in (
-            figures.throughput_vs_batch(rows, "model"), figures.memory_vs_batch(rows, "model"),
-            figures.speedup_bars(rows, "model"),
-            figures.speedup_bars(rows, "model", "baseline", column="variant"),
-            figures.time_breakdown(rows, "model"))]
+            figures.throughput_vs_batch(rows, "model", colors),
+            figures.memory_vs_batch(rows, "model", colors),
+            figures.speedup_bars(rows, "model", colors=colors),
+            figures.speedup_bars(rows, "model", "baseline", column="variant", colors=colors),
+            figures.time_breakdown(rows, "model", figures.category_colors(models)))]
         drawn = [c for c in charts if c.figure is not None]
         workloads = ", ".join(sorted(set(rows["workload"])))
         skipped = "; ".join(c.title.removeprefix(family.name + ": ")
@@ -287,29 +299,32 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
     claim_versions = claims_mod.versions_table(evaluated)
     headline_rows = headline.headline(frame)
     probe = Path(machine_json) if machine_json else out.parent / "machine.json"
+    tracked = _history(history, out)
+    # One colour per implementation and variant, on every page.
+    colors = SeriesColors.of_frame(frame, tracked)
     pages: dict[str, list[Block]] = {
         "index.html": _index(frame, headline_rows, claim_rows, claims_mod.details(claim_list),
-                             claim_pairs, claim_versions),
+                             claim_pairs, claim_versions, colors),
         "tp.html": [_intro("Bare tensor products on batches of independent inputs."),
-                    *_level_charts(frame, "tp")],
+                    *_level_charts(frame, "tp", colors)],
         "conv.html": [_intro("Tensor products fused with the gather of source-node features "
                              "and the scatter-sum to destination nodes, on real graphs."),
-                      *_level_charts(frame, "conv")],
+                      *_level_charts(frame, "conv", colors)],
         "models.html": [_intro("Whole models, a section per model family; the "
                                "implementation is the tensor-product backend, the variant "
-                               "the model's option set."), *_models(frame)],
-        "md.html": [_intro(MD_INTRO), md.ns_per_day(frame),
+                               "the model's option set."), *_models(frame, colors)],
+        "md.html": [_intro(MD_INTRO), md.ns_per_day(frame, colors),
                     "<h2>Energy drift</h2>" + _intro(MD_DRIFT_NOTE)
                     + table(md.drift_table(frame)),
-                    *_md_scaling(frame)],
+                    *_md_scaling(frame, colors)],
         "roofline.html": [_intro("FLOPs and bytes come from the cost model (ideal minimum "
                                  "traffic), so intensity is a property of the workload."),
-                          figures.roofline(frame, _peaks(frame, probe))],
+                          figures.roofline(frame, _peaks(frame, probe), colors)],
         "memory.html": [_intro("Peak extra live tensor bytes of one call, per level."),
-                        *[figures.memory_vs_batch(frame, level)
+                        *[figures.memory_vs_batch(frame, level, colors)
                           for level in ("tp", "conv", "model")]],
         "history.html": [_intro("Added by <code>equibench history add RESULTS</code>."),
-                         figures.history_lines(_history(history, out))],
+                         figures.history_lines(tracked, colors)],
     }
     specs: dict[str, PageSpec] = {p.file: p for p in PAGES}
     if any(has_figures(blocks) for blocks in pages.values()):

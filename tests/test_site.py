@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from equibench.dashboards import figures
-from equibench.dashboards.headline import display, headline
+from equibench.dashboards import figures, overview
+from equibench.dashboards.figures import PALETTE, SeriesColors, series_key
+from equibench.dashboards.headline import by_machine, headline
 from equibench.dashboards.layout import PAGES, PLOTLY_JS
 from equibench.dashboards.sample import A100, CPU, synthetic_history, synthetic_results
 from equibench.dashboards.site import write_site
@@ -66,10 +67,18 @@ def _table_rows(fragment: str) -> list[list[str]]:
             for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body)]
 
 
-def _headline_rows(index: Path) -> list[list[str]]:
+def _headline_section(index: Path) -> str:
     text = index.read_text()
-    start = text.index("<h2>Fastest implementation per case</h2>")
-    return _table_rows(text[start:text.index("<h2>Claims</h2>")])
+    return text[text.index("<h2>Fastest implementation per case</h2>"):
+                text.index("<h2>Claims</h2>")]
+
+
+def _headline_tables(index: Path) -> dict[str, list[list[str]]]:
+    """The Overview's headline: each machine's heading and the rows of its table."""
+    section = _headline_section(index)
+    parts = re.split(r'<h3 class="machine">(.*?)</h3>', section)[1:]
+    return {html.unescape(heading): _table_rows(body)
+            for heading, body in zip(parts[::2], parts[1::2], strict=True)}
 
 
 def test_plotly_js_is_one_file_of_the_site_and_nothing_is_fetched(site):
@@ -86,7 +95,7 @@ def test_plotly_js_is_one_file_of_the_site_and_nothing_is_fetched(site):
         if figures:
             assert text.index(SCRIPT_TAG) < text.index("</head>") < text.index("Plotly.newPlot(")
         assert not re.search(r'<(script|link|img)[^>]+(src|href)="?https?:', text), spec.file
-    expected = {"index.html": 1, "tp.html": 3, "conv.html": 3, "models.html": 8, "md.html": 1,
+    expected = {"index.html": 2, "tp.html": 3, "conv.html": 3, "models.html": 8, "md.html": 1,
                 "roofline.html": 1, "memory.html": 3, "history.html": 1}
     for page, count in expected.items():
         assert (site / page).read_text().count("Plotly.newPlot(") == count, page
@@ -189,10 +198,16 @@ def test_headline_heads_the_overview(site):
     text = (site / "index.html").read_text()
     assert (text.index("<h2>Fastest implementation per case</h2>") < text.index("<h2>Claims</h2>")
             < text.index("<h2>Code paths</h2>"))
-    rows = {(r[0], r[1], r[2], r[3].split(" (")[0]): r for r in _headline_rows(site / "index.html")}
+    tables = _headline_tables(site / "index.html")
+    # A heading per machine names it (and its one device) once; its rows do not.
+    assert list(tables) == [f"{CPU} (cpu)", f"{A100} (cuda:0)"]
+    rows = {(r[0], r[1], r[2], heading.split(" (")[0]): r
+            for heading, table in tables.items() for r in table}
     assert len(rows) == 16  # (4 tp + 1 conv + 2 model + 1 md cases) x 2 machines
+    section = _headline_section(site / "index.html")
+    assert section.count(A100) == section.count(CPU) == 1
     gpu = rows[("tp", "mace-large", "forward", A100)]
-    assert gpu[3] == f"{A100} (cuda:0), float32, batch 256"
+    assert gpu[3] == "float32, batch 256"
     assert gpu[4] == "openequivariance (of 3 ok)"
     assert 9 < float(gpu[5].removesuffix("×")) < 11  # the sample's oeq is 10x e3nn
     assert gpu[6].startswith("unpaired (ratio of medians)")  # the sample has no rounds
@@ -233,9 +248,9 @@ def test_headline_speedup_is_paired_per_round_with_its_spread():
     line = _line(frame)
     assert line["paired"] and line["speedup"] == 6.5
     assert (line["speedup_q1"], line["speedup_q3"]) == (4.75, 8.5)
-    shown = display(headline(frame))
+    shown = dict(by_machine(headline(frame)))[f"{A100} (cuda:0)"]
     row = shown[(shown["workload"] == "mace-large") & (shown["direction"] == "forward")
-                & shown["measured on"].str.startswith(A100) & (shown["level"] == "tp")].iloc[0]
+                & (shown["level"] == "tp")].iloc[0]
     assert row["speedup over e3nn"] == "6.5×"
     assert row["spread of the speedup"] == "IQR 4.75–8.5× over 4 paired rounds"
 
@@ -250,7 +265,7 @@ def test_headline_counts_only_ok_rows_and_never_prints_unmeasured_memory():
         changed.loc[oeq, "status"] = status
         line = _line(results.validate(changed))
         assert line["series"] == "cuequivariance" and line["candidates"] == 2, status
-        shown = display(pd.DataFrame([line]))
+        shown = by_machine(pd.DataFrame([line]))[0][1]
         assert shown["peak memory: fastest vs reference"].iloc[0] \
             == "not measured vs not measured (e3nn)"
 
@@ -263,7 +278,7 @@ def test_headline_names_a_fallback_and_a_missing_reference():
     line = _line(results.validate(frame), CPU)
     assert line["series"] == "cuequivariance (fallback)"
     assert line["reference"] == "" and line["reference_status"] == "oom"
-    assert display(pd.DataFrame([line]))["speedup over e3nn"].iloc[0] \
+    assert by_machine(pd.DataFrame([line]))[0][1]["speedup over e3nn"].iloc[0] \
         == "no ok e3nn row (e3nn: oom)"
 
 
@@ -370,3 +385,125 @@ def test_history_joins_every_runs_own_file_and_the_hand_kept_one(tmp_path):
     assert len(joined) == by_hand + own > 0
     assert set(joined["run_id"]) == {"first", "second"}
     assert history.read_all(tmp_path / "nothing").empty
+
+
+def _trace_color(trace: dict) -> str | None:
+    """A trace's one colour: its marker's, else its line's (None: per point, or none)."""
+    for part in ("marker", "line"):
+        color = (trace.get(part) or {}).get("color")
+        if isinstance(color, str):
+            return color
+    return None
+
+
+def test_a_series_has_one_colour_on_every_page_and_series_differ(site):
+    """Each implementation and variant (a fallback or unverifiable mark aside) keeps its
+    colour from panel to panel and page to page, the History's lines included; two series
+    never share one while the palette has colours left."""
+    frame = synthetic_results()
+    keys = {series_key(s) for s in figures.prepared(frame, ok_only=False)["series"]}
+    assert len(keys) <= len(PALETTE)
+    seen: dict[str, set[str]] = {}
+    for spec in PAGES:
+        for figure in _figures((site / spec.file).read_text()):
+            for trace in figure["data"]:
+                name = html.unescape(trace.get("name") or "")
+                if spec.file == "history.html":  # "series level/workload direction b=N"
+                    name = name.rsplit(" ", 3)[0]
+                if series_key(name) in keys:
+                    seen.setdefault(series_key(name), set()).add(_trace_color(trace))
+    assert set(seen) == keys - {"<b>evil</b>"}  # every series drawn (that one never ran)
+    assert all(len(colors) == 1 and None not in colors for colors in seen.values()), seen
+    assert len({next(iter(c)) for c in seen.values()}) == len(seen), seen
+    # The Models page's panels (throughput, memory, speedup) draw openequivariance alike.
+    models = [t for f in _figures((site / "models.html").read_text()) for t in f["data"]
+              if t.get("name") == "openequivariance"]
+    assert len(models) >= 3 and len({_trace_color(t) for t in models}) == 1
+    # A breakdown category keeps its colour from family to family, none a series' colour.
+    stacks = [f for f in _figures((site / "models.html").read_text())
+              if f["layout"].get("barmode") == "stack"]
+    categories: dict[str, set[str | None]] = {}
+    for trace in (t for f in stacks for t in f["data"]):
+        categories.setdefault(trace["name"], set()).add(_trace_color(trace))
+    assert len(stacks) == 2 and set(categories) == {"tensor product", "radial MLP", "other"}
+    assert all(len(c) == 1 for c in categories.values())
+    assert not set().union(*categories.values()) & set().union(*seen.values())
+
+
+def test_series_colors_are_deterministic_and_share_a_mark_s_base():
+    names = ["fused", "e3nn [small]", "cuequivariance (fallback)", "e3nn", "basis [plain]"]
+    colors = SeriesColors.of_names(names)
+    assert colors == SeriesColors.of_names(reversed(names + ["cuequivariance"]))
+    assert colors("e3nn") == PALETTE[0]  # the reference first, whatever else is there
+    assert colors("cuequivariance") == colors("cuequivariance (fallback)")
+    assert colors("basis [plain] (unverifiable)") == colors("basis [plain]")
+    many = SeriesColors.of_names(f"impl{i}" for i in range(len(PALETTE)))
+    assert len(set(many.colors.values())) == len(PALETTE)
+
+
+def _measured(frame: pd.DataFrame) -> pd.DataFrame:
+    """The sample as if measured: no row says it is synthetic."""
+    frame = frame.copy()
+    frame["extra"] = [json.dumps({k: v for k, v in json.loads(e).items() if k != "synthetic"})
+                      if e else e for e in frame["extra"]]
+    return frame
+
+
+def test_overview_opens_with_the_speedup_over_e3nn_per_level_and_case(site):
+    text = (site / "index.html").read_text()
+    start = text.index('id="overview-speedup"')
+    assert start < text.index("<h2>Fastest implementation per case</h2>") \
+        < text.index("<h2>Claims</h2>")
+    chart, _ = _figures(text)
+    assert chart["layout"]["yaxis"]["type"] == "log"
+    titles = [a["text"] for a in chart["layout"]["annotations"]]
+    assert titles[:4] == ["tp", "conv", "model", "md"]
+    # A machine is named once: in the menu, not per point.
+    labels = [b["label"] for b in chart["layout"]["updatemenus"][0]["buttons"]]
+    assert labels == [CPU, A100]
+    data = pd.read_csv(site / "overview-speedup.csv")
+    assert set(data["implementation"]) == {"cuequivariance", "openequivariance"}
+    assert set(data["precision"]) == {"float32"}
+    gpu = data[(data["machine"] == A100) & (data["workload"] == "mace-large")
+               & (data["direction"] == "forward")]
+    assert set(gpu["batch"]) == {256}  # the headline's batch, the pair behind its line
+    oeq = gpu[gpu["implementation"] == "openequivariance"]["speedup"].iloc[0]
+    assert 9 < oeq < 11
+    # The sample's rows are synthetic: no pair could count, every point is hollow.
+    assert (data["cannot_count"].str.contains("synthetic")).all()
+    note = text[start:text.index("</section>", start)]
+    assert (f"Not drawn, no pair of an ok row with an ok e3nn row: on {CPU}: model mace-qm9 "
+            f"inference, model se3t-qm9 train_step; on {A100}: model se3t-qm9 train_step."
+            in note)
+
+
+def test_overview_leaves_out_failed_rows_and_marks_pairs_that_cannot_count():
+    frame = _measured(synthetic_results())
+    at = ((frame["gpu_name"] == A100) & (frame["level"] == "tp")
+          & (frame["precision"] == "float32") & (frame["batch"] == 256)
+          & (frame["workload"] == "mace-large"))
+    cue = at & (frame["implementation"] == "cuequivariance")
+    e3nn = at & (frame["implementation"] == "e3nn")
+    frame.loc[cue & (frame["direction"] == "forward"), "status"] = "incorrect"
+    frame.loc[cue & (frame["direction"] == "backward"), "extra"] = json.dumps(
+        {"code_path": {"path": "naive", "fallback": "pure torch"}})
+    frame.loc[e3nn & (frame["direction"] == "backward"), "disturbed"] = "other processes"
+    lines = headline(results.validate(frame))
+    chart = overview.speedup_chart(frame, lines)
+    data = chart.data.set_index(["machine", "workload", "direction", "implementation"]
+                                ).sort_index()
+    gpu = data.loc[(A100, "mace-large")]
+    assert ("forward", "cuequivariance") not in gpu.index  # incorrect: not drawn
+    assert gpu.loc[("forward", "openequivariance"), "cannot_count"] == ""
+    assert gpu.loc[("backward", "cuequivariance"), "cannot_count"] \
+        == "fallback: pure torch; e3nn: measured on a disturbed machine"
+    assert gpu.loc[("backward", "openequivariance"), "cannot_count"] \
+        == "e3nn: measured on a disturbed machine"
+    # Hollow symbols mark exactly those, in the series' colour; the legend keys them.
+    points = [t for t in chart.figure.data if t.x and t.x[0] is not None]
+    hollow = {(t.name, s.endswith("-open")) for t in points for s in t.marker.symbol}
+    assert ("openequivariance", False) in hollow and ("cuequivariance (fallback)", True) in hollow
+    assert "hollow: cannot count" in {t.name for t in chart.figure.data}
+    colors = SeriesColors.of_names(t.name for t in points)
+    assert all(t.marker.color == colors(t.name) for t in points)
+    assert "Only ok rows" in chart.note
