@@ -94,3 +94,16 @@ def test_page_renders_offline_without_errors(browser, site, page):
     assert plotly == ([(site / PLOTLY_JS).as_uri()] if figures else []), page
     assert browser.find_element("css selector", "nav a.current").get_attribute("href") \
         .endswith(page)
+
+
+def test_screenshot_of_the_overview(browser, site, tmp_path):
+    """``equibench.dashboards.screenshot`` (docs/images/overview.png): the page's top, at
+    the size asked for, as a PNG."""
+    from equibench.dashboards.screenshot import capture
+
+    out = capture(browser, site / "index.html", tmp_path / "overview.png", 600, 400)
+    browser.set_window_size(1400, 1000)
+    header = out.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")) \
+        == (600, 400)
