@@ -11,7 +11,8 @@ A sample whose probe ran more than ``machine_load.PARALLEL_LIMIT`` times slower 
 threads than on one counts as the slow mode. Prints, per measure, p10 / median / p90 of
 each mode, and the e3nn / fused ratio in each mode on one thread and on all of them: where
 the all-thread ratio moves with the mode and the one-thread ratio does not, timing on one
-thread is what gives run-to-run stable speedups (README, "Noise and regressions").
+thread is what gives run-to-run stable speedups (docs/design-decisions.md, "One thread per
+CPU case").
 Exit status 0: it reports, it does not gate. Run it with nothing else on the machine.
 """
 

@@ -9,7 +9,7 @@ the same way about unstable results).
 
 Some VMs also switch, for tens of seconds to minutes, into a mode in which code on several
 threads runs slower than on one, with no steal time and every vCPU fully busy (measured on
-the 2-core CI VM, README "Noise and regressions"). A case process on two threads
+the 2-core CI VM, docs/measurement.md, "A disturbed machine"). A case process on two threads
 therefore times a small in-cache matrix product on them after each round and compares it
 with the same product on one thread, timed once before the case was warmed up
 (:class:`ParallelProbe`).

@@ -99,7 +99,7 @@ shopt -s nullglob
 # In SMOKE mode every batch is cut to 2 (the plumbing, not the sizes, is what is checked).
 b() { if [ -n "${SMOKE:-}" ]; then echo 2; else echo "$1"; fi; }
 
-# OpenEquivariance's problems, under its names (README, Levels)
+# OpenEquivariance's problems, under its names (docs/workloads.md, "Tensor products")
 TP_ALL=mace-large,mace-medium,nequip-lips,nequip-revmd17-aspirin,nequip-revmd17-toluene,nequip-revmd17-benzene,nequip-water,DiffDock-L=1,DiffDock-L=2
 IMPLS=e3nn,cuequivariance,openequivariance,fused
 
