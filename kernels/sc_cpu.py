@@ -1,9 +1,22 @@
 """The symmetric contraction's CPU kernels: its three straight-line programs printed as
 C++, compiled and called through ``ctypes`` (as the tensor product's, :mod:`.cpu_build`).
 
-Each kernel runs over nodes in parallel (OpenMP) and over channels in its inner loop
-(``#pragma omp simd``, unit stride: arrays are ``(n, rows, c)``), the program unrolled in
-the loop body with its coefficients as exact hexadecimal literals.
+Each kernel runs over nodes in parallel (OpenMP) and over channels a vector at a time
+(unit stride: arrays are ``(n, rows, c)``): the program is printed as straight-line code
+on GCC vector types (``vector_size``, one AVX2 register: 8 floats or 4 doubles), its
+coefficients as exact hexadecimal literals, cut into chunks that are each their own
+(never inlined) function.
+
+Build time. The first block of the ``oeq`` MACE (correlation 3, outputs up to 2e) has
+programs of ~1,000 (forward), ~2,000 (backward) and ~4,000 (double backward) statements.
+Printed as the body of an ``omp simd`` loop over a tile of channels, GCC 12 spent ~80 s
+per dtype on them at -O3, most of it in induction-variable optimization (every load and
+store of the body is a use of the loop's counter) and register allocation; without a loop
+around the code (one vector per call of a chunk function) there is nothing for ivopts to
+do and the allocator sees one chunk at a time. Each kernel and dtype is its own library,
+built on first call (an inference process never builds the double backward), and a large
+kernel's chunks are spread over several translation units that ninja compiles in
+parallel.
 """
 
 from __future__ import annotations
@@ -21,11 +34,20 @@ from .straight_line import Load, Statement, Store, Sum, arrays
 from .symmetric_contraction import SymmetricContractionDescriptor
 
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
-# Statements per loop body (see :func:`kernel_source`).
-CHUNK = 384
-# GCC gives up vectorizing a loop with more than 1,000 memory references (its default
-# ``loop-max-datarefs-for-datadeps``); a chunk of the backward has more (loads, scratch).
-CFLAGS = ("--param", "loop-max-datarefs-for-datadeps=100000")
+KERNELS = ("sc_fwd", "sc_bwd", "sc_dbwd")
+# Kernels built together, into one library, when the first of them is called: MACE's
+# inference takes forces, so a forward is followed by a backward (their translation units
+# compile in parallel); only training calls the double backward.
+GROUPS = (("sc_fwd", "sc_bwd"), ("sc_dbwd",))
+# Statements per chunk function (see :func:`kernel_sources`).
+CHUNK = 128
+# Statements per translation unit of a kernel's chunk functions: ninja compiles the units
+# of one kernel in parallel.
+PART = 1024
+# Lanes of the widest vector type (32 bytes: AVX2). Wider generic vectors are lowered to
+# several registers by GCC, and cost it minutes on these programs.
+LANES = {"f32": 8, "f64": 4}
+CFLAGS: tuple[str, ...] = ()
 # Below this many columns (nodes x channels) one thread does the work: starting a team
 # costs more than a small call.
 MIN_PARALLEL_COLUMNS = 2048
@@ -44,14 +66,14 @@ def _term(coef: float, factors: tuple[str, ...], sfx: str) -> str:
     return f"{_literal(coef, sfx)} * {product}"
 
 
-def _statement(s: Statement, scalar: str, sfx: str, channels: int) -> str:
+def _statement(s: Statement, sfx: str, channels: int) -> str:
     if isinstance(s, Load):
-        return f"const {scalar} v_{s.out} = p_{s.array}[{s.row * channels} + c];"
+        return f"const V v_{s.out} = *(const V*)(p_{s.array} + {s.row * channels});"
     if isinstance(s, Sum):
-        value = " + ".join(_term(coef, factors, sfx) for coef, factors in s.terms)
-        return f"const {scalar} v_{s.out} = {value};"
-    value = f"({scalar})0" if s.value is None else f"v_{s.value}"
-    return f"p_{s.array}[{s.row * channels} + c] = {value};"
+        value = " + ".join(_term(coef, factors, sfx) for coef, factors in s.terms) or "V{}"
+        return f"const V v_{s.out} = {value};"
+    value = "V{}" if s.value is None else f"v_{s.value}"
+    return f"*(V*)(p_{s.array} + {s.row * channels}) = {value};"
 
 
 def _chunks(program: list[Statement]) -> list[list[Statement]]:
@@ -92,71 +114,106 @@ def _slots(chunks: list[list[Statement]]) -> tuple[dict[str, int], list[list[str
     return slot, reads, writes
 
 
-def _tile(channels: int) -> int:
-    return next(t for t in (32, 16, 8, 4, 2, 1) if channels % t == 0)
+def lanes(channels: int, sfx: str) -> int:
+    """Channels per vector: the widest power of two up to :data:`LANES` that divides
+    ``channels``."""
+    return next(t for t in (8, 4, 2, 1) if t <= LANES[sfx] and channels % t == 0)
 
 
-def kernel_source(desc: SymmetricContractionDescriptor, name: str,
-                  program: list[Statement], sfx: str, channels: int) -> str:
-    """One exported function ``{name}_{sfx}(n, inputs..., outputs..., threads)`` for
-    ``channels`` channels (a constant: every address is a constant offset from a node's
-    base).
+def _vector_type(sfx: str, width: int) -> str:
+    scalar = SCALARS[sfx]
+    size = 4 if sfx == "f32" else 8
+    # aligned(element): loads and stores at any column; may_alias: a view of the arrays
+    return (f"typedef {scalar} V __attribute__((vector_size({width * size}), "
+            f"aligned({size}), may_alias));")
 
-    The program runs in chunks of :data:`CHUNK` statements, each its own loop over a tile
-    of up to 32 channels; values that cross chunks go through a per-thread scratch
-    buffer. One loop body of thousands of statements with hundreds of live values costs
-    GCC minutes of register allocation (the double backward of a correlation-3 MACE
-    block: 150 s at -O3); chunks bound what is live at once.
+
+def kernel_sources(desc: SymmetricContractionDescriptor, name: str,
+                   program: list[Statement], sfx: str, channels: int,
+                   split: bool = True) -> list[str]:
+    """C++ of one exported function ``{name}_{sfx}(n, inputs..., outputs..., threads)``
+    for ``channels`` channels (a constant: every address is a constant offset from a
+    node's base): the first source defines it, the others (with ``split``: one per
+    :data:`PART` statements) more of its chunk functions.
+
+    The program runs in chunks of :data:`CHUNK` statements, each a function that computes
+    one vector of channels; values that cross chunks go through a per-thread scratch
+    buffer. Chunks bound the values the register allocator sees at once (one loop body
+    of the whole double backward of a correlation-3 block cost GCC 150 s).
     """
-    tile = _tile(channels)
+    width = lanes(channels, sfx)
     scalar = SCALARS[sfx]
     read, written = arrays(program)
+    chunks = _chunks(program)
+    slot, reads, writes = _slots(chunks)
+    pointers = [f"const {scalar}* __restrict p_{a}" for a in read]
+    pointers += [f"{scalar}* __restrict p_{a}" for a in written]
+    signature = ", ".join([*pointers, f"{scalar}* __restrict s"])
+    per_part = max(1, PART // CHUNK) if split else len(chunks)
+    parts = [range(i, min(i + per_part, len(chunks))) for i in range(0, len(chunks), per_part)]
+    linkage = "static" if len(parts) == 1 else '__attribute__((visibility("hidden")))'
+    functions = []
+    for n, (chunk, inputs, outputs) in enumerate(zip(chunks, reads, writes, strict=True)):
+        lines = [f"const V v_{v} = *(const V*)(s + {slot[v] * width});" for v in inputs]
+        for statement in chunk:
+            lines.append(_statement(statement, sfx, channels))
+            if not isinstance(statement, Store) and statement.out in outputs:
+                lines.append(f"*(V*)(s + {slot[statement.out] * width}) = v_{statement.out};")
+        body = "\n".join(f"  {line}" for line in lines)
+        functions.append(f"{linkage} __attribute__((noinline)) void {name}_{sfx}_{n}"
+                         f"({signature}) {{\n{body}\n}}")
+    args = ", ".join([*(f"p_{a} + c" for a in read + written), "s"])
+    calls = "\n".join(f"      {name}_{sfx}_{n}({args});" for n in range(len(chunks)))
     params = [f"const {scalar}* __restrict A_{a}" for a in read]
     params += [f"{scalar}* __restrict A_{a}" for a in written]
     bases = [f"    {'const ' if a in read else ''}{scalar}* __restrict p_{a} = "
              f"A_{a} + b * {desc.rows(a) * channels};" for a in read + written]
-    chunks = _chunks(program)
-    slot, reads, writes = _slots(chunks)
-    loops = []
-    for chunk, inputs, outputs in zip(chunks, reads, writes, strict=True):
-        lines = [f"const {scalar} v_{v} = s[{slot[v] * tile} + l];" for v in inputs]
-        for statement in chunk:
-            lines.append(_statement(statement, scalar, sfx, channels))
-            if not isinstance(statement, Store) and statement.out in outputs:
-                lines.append(f"s[{slot[statement.out] * tile} + l] = v_{statement.out};")
-        body = "\n".join(f"        {line}" for line in lines)
-        loops.append(f"""#pragma omp simd
-      for (int64_t l = 0; l < {tile}; ++l) {{
-        const int64_t c = c0 + l;
-{body}
-      }}""")
     scratch = max(slot.values(), default=0) + 1
-    return f"""
+    vector = _vector_type(sfx, width)
+    declarations = [f"{linkage} void {name}_{sfx}_{n}({signature});"
+                    for n in range(len(chunks)) if n not in parts[0]]
+    main = f"""{vector}
+{chr(10).join(declarations)}
+{chr(10).join(functions[n] for n in parts[0])}
 extern "C" void {name}_{sfx}(int64_t n, {", ".join(params)}, int nt) {{
 #pragma omp parallel num_threads(nt) if (n * {channels} >= {MIN_PARALLEL_COLUMNS})
   {{
-  std::vector<{scalar}> scratch({scratch * tile});
+  std::vector<{scalar}> scratch({scratch * width});
   {scalar}* __restrict s = scratch.data();
 #pragma omp for schedule(static)
   for (int64_t b = 0; b < n; ++b) {{
 {chr(10).join(bases)}
-    for (int64_t c0 = 0; c0 < {channels}; c0 += {tile}) {{
-      {chr(10).join(loops)}
+    for (int64_t c = 0; c < {channels}; c += {width}) {{
+{calls}
     }}
   }}
   }}
 }}
 """
+    return [main] + [
+        "\n".join([f"// {name}_{sfx} chunks {part[0]}-{part[-1]} ({desc.hash})", vector,
+                   *(functions[n] for n in part)]) + "\n"
+        for part in parts[1:]]
 
 
-def generate_source(desc: SymmetricContractionDescriptor, sfx: str, channels: int) -> str:
-    programs = desc.programs()
-    return "\n".join([
+def _prelude(desc: SymmetricContractionDescriptor, sfx: str, hash_function: bool = True
+             ) -> list[str]:
+    return [
         f"// Symmetric contraction {desc.hash} (generated by equibench, kernels/sc_cpu.py)",
         "#include <cstdint>",
         "#include <vector>",
-        f'extern "C" const char* eqb_sc_hash_{sfx}() {{ return "{desc.hash}"; }}',
-        *(kernel_source(desc, name, program, sfx, channels)
+        *([f'extern "C" const char* eqb_sc_hash_{sfx}() {{ return "{desc.hash}"; }}']
+          if hash_function else []),
+    ]
+
+
+def generate_source(desc: SymmetricContractionDescriptor, sfx: str, channels: int) -> str:
+    """All three kernels of ``desc`` in one translation unit (what the instruction
+    counts of :mod:`.instruction_count` compile)."""
+    programs = desc.programs()
+    return "\n".join([
+        *_prelude(desc, sfx),
+        *(kernel_sources(desc, name, program, sfx, channels, split=False)[0]
           for name, program in programs.items()),
     ])
 
@@ -164,28 +221,48 @@ def generate_source(desc: SymmetricContractionDescriptor, sfx: str, channels: in
 class ScCpuKernels:
     """The compiled kernels of one descriptor for ``channels`` channels. Arrays are
     ``(n, rows, channels)``, contiguous, of one dtype (float32 or float64): ``x (n, i, c)``,
-    ``w (n, p, c)``, ``g (n, o, c)``."""
+    ``w (n, p, c)``, ``g (n, o, c)``. Each kernel and dtype is built (or found in the
+    cache) on its first call."""
 
     def __init__(self, desc: SymmetricContractionDescriptor, channels: int) -> None:
         self.desc, self.channels = desc, channels
-        sources = {sfx: generate_source(desc, sfx, channels) for sfx in ("f32", "f64")}
-        lib, self.path = build_library(sources, cache_root() / f"sc-{desc.hash}",
-                                       f"eqb_sc{channels}", CFLAGS)
-        self._fn = {}
-        self._arrays: dict[str, tuple[list[str], list[str]]] = {}
-        for name, program in desc.programs().items():
-            read, written = self._arrays[name] = arrays(program)
-            for sfx in ("f32", "f64"):
-                fn = getattr(lib, f"{name}_{sfx}")
-                fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (
-                    len(read) + len(written)) + [ctypes.c_int]
-                fn.restype = None
-                self._fn[name, sfx] = fn
-        for sfx in sources:
-            check = getattr(lib, f"eqb_sc_hash_{sfx}")
-            check.restype = ctypes.c_char_p
-            if check() != desc.hash.encode():
-                raise KernelUnavailable(f"library {self.path} does not match {desc.hash}")
+        self._programs = desc.programs()
+        self._arrays = {name: arrays(program) for name, program in self._programs.items()}
+        self._fn: dict[tuple[str, str], ctypes._CFuncPtr] = {}
+        self._lock = threading.Lock()
+
+    def function(self, name: str, sfx: str) -> ctypes._CFuncPtr:
+        """Kernel ``name`` in dtype ``sfx``; its group's library (:data:`GROUPS`) is built
+        on first use."""
+        with self._lock:
+            if (name, sfx) not in self._fn:
+                group = next(g for g in GROUPS if name in g)
+                self._fn.update(self._build(group, sfx))
+            return self._fn[name, sfx]
+
+    def _build(self, group: tuple[str, ...], sfx: str) -> dict[tuple[str, str], ctypes._CFuncPtr]:
+        sources = {}
+        for name in group:
+            main, *parts = kernel_sources(self.desc, name, self._programs[name], sfx,
+                                          self.channels)
+            sources[f"{sfx}_{name}"] = "\n".join([*_prelude(self.desc, sfx, name == group[0]),
+                                                   main])
+            sources.update({f"{sfx}_{name}_{n}": part for n, part in enumerate(parts, 1)})
+        tag = "_".join(name.removeprefix("sc_") for name in group)
+        lib, path = build_library(sources, cache_root() / f"sc-{self.desc.hash}",
+                                  f"eqb_sc{self.channels}_{tag}", CFLAGS)
+        check = getattr(lib, f"eqb_sc_hash_{sfx}")
+        check.restype = ctypes.c_char_p
+        if check() != self.desc.hash.encode():
+            raise KernelUnavailable(f"library {path} does not match {self.desc.hash}")
+        functions = {}
+        for name in group:
+            read, written = self._arrays[name]
+            fn = functions[name, sfx] = getattr(lib, f"{name}_{sfx}")
+            fn.argtypes = [ctypes.c_int64, *[ctypes.c_void_p] * (len(read) + len(written)),
+                           ctypes.c_int]
+            fn.restype = None
+        return functions
 
     def run(self, name: str, **given: Tensor | None) -> dict[str, Tensor]:
         """Kernel ``name`` on the arrays it reads (by name; ``None``: zeros); returns the
@@ -212,7 +289,7 @@ class ScCpuKernels:
                                  f"{shape}, not {t.dtype} {tuple(t.shape)} on {t.device}")
             inputs.append(t.contiguous())
         outputs = [x.new_empty(n, self.desc.rows(a), channels) for a in written]
-        self._fn[name, sfx](n, *(t.data_ptr() for t in inputs + outputs),
+        self.function(name, sfx)(n, *(t.data_ptr() for t in inputs + outputs),
                             max(1, torch.get_num_threads()))
         return dict(zip(written, outputs, strict=True))
 

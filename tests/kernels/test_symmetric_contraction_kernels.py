@@ -4,6 +4,8 @@ backward and double backward against autograd of the defining formula in float64
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from equibench.kernels import KernelUnavailable
@@ -105,19 +107,22 @@ def test_kernels_match_autograd_of_the_formula(backend: str, channels: int) -> N
         torch.testing.assert_close(mine, want, rtol=1e-12, atol=1e-12)
 
 
-def test_cpu_kernels_cut_into_chunks_match(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chunks of 3 statements: values cross several loop bodies through scratch slots
-    that are reused (the oeq model's kernels cut at 384; 4 channels: a tile of 4)."""
+def test_cpu_kernels_cut_into_chunks_match(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    """Chunks of 3 statements: values cross several chunk functions through scratch slots
+    that are reused (the oeq model's kernels cut at 128), in several translation units of
+    4 chunks (4 channels: vectors of 4)."""
     from equibench.kernels import sc_cpu
 
+    monkeypatch.setenv("EQUIBENCH_KERNEL_CACHE", str(tmp_path))
     monkeypatch.setattr(sc_cpu, "CHUNK", 3)
-    chunks = sc_cpu._chunks(DESC.programs()["sc_dbwd"])
+    monkeypatch.setattr(sc_cpu, "PART", 12)
+    program = DESC.programs()["sc_dbwd"]
+    chunks = sc_cpu._chunks(program)
     slot, _, _ = sc_cpu._slots(chunks)
     assert len(chunks) > 10 and max(slot.values()) + 1 < len(slot)  # slots are reused
-    try:
-        kernels = sc_cpu.ScCpuKernels(DESC, channels=4)  # built anew, not from the cache
-    except KernelUnavailable as err:
-        pytest.skip(str(err))
+    assert len(sc_cpu.kernel_sources(DESC, "sc_dbwd", program, "f64", 4)) > 2
+    kernels = sc_cpu.ScCpuKernels(DESC, channels=4)
     generator = torch.Generator().manual_seed(2)
     x, w, g, ggx, ggw = (torch.randn(3, DESC.rows(a), 4, dtype=torch.float64,
                                      generator=generator) for a in ("x", "w", "g", "x", "w"))
@@ -125,8 +130,30 @@ def test_cpu_kernels_cut_into_chunks_match(monkeypatch: pytest.MonkeyPatch) -> N
     out = _reference(DESC, xx, ww)
     gx, gw = torch.autograd.grad(out, (xx, ww), g, create_graph=True)
     dx, dw = torch.autograd.grad((gx * ggx).sum() + (gw * ggw).sum(), (xx, ww))
-    got = kernels.run("sc_dbwd", g=g, x=x, w=w, ggx=ggx, ggw=ggw)
+    try:
+        got = kernels.run("sc_dbwd", g=g, x=x, w=w, ggx=ggx, ggw=ggw)
+    except KernelUnavailable as err:
+        pytest.skip(str(err))
     torch.testing.assert_close(got["dx"], dx, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got["dw"], dw, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(kernels.run("sc_fwd", x=x, w=w)["out"], out.detach(),
                                rtol=1e-12, atol=1e-12)
+
+
+def test_cpu_kernels_are_built_when_first_called(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    """A forward builds the forward and backward of its dtype, not the double backward
+    nor the other dtype; 6 channels: vectors of 2."""
+    from equibench.kernels import sc_cpu
+
+    monkeypatch.setenv("EQUIBENCH_KERNEL_CACHE", str(tmp_path))
+    kernels = sc_cpu.ScCpuKernels(DESC, channels=6)
+    x, w = (torch.randn(3, DESC.rows(a), 6) for a in ("x", "w"))
+    try:
+        out = kernels.run("sc_fwd", x=x, w=w)["out"]
+    except KernelUnavailable as err:
+        pytest.skip(str(err))
+    torch.testing.assert_close(out, _reference(DESC, x, w))
+    libraries = sorted(p.name.split("_")[1:3] for p in tmp_path.rglob("*.so"))
+    assert libraries == [["sc6", "fwd"]]
+    assert set(kernels._fn) == {("sc_fwd", "f32"), ("sc_bwd", "f32")}
