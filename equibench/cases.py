@@ -51,6 +51,43 @@ class Case:
 KEY_FIELDS = tuple(f.name for f in fields(Case))
 
 
+@dataclass(frozen=True)
+class LevelDefaults:
+    """What ``equibench run`` times at a level when a flag is not given: the ``direction``,
+    the ``batch`` (the work of one timed call, see :class:`Case`; at md the fallback of
+    ``levels.md.default_steps``, which sizes it by the structure), the ``variant`` and the
+    timing budget per case (``budget_s`` seconds; None: the schema's ``measure.budget_s``).
+    """
+
+    direction: str
+    batch: int
+    variant: str
+    budget_s: float | None
+
+
+# Sized so that one timed call takes about 0.1-1 s on a 2-core CPU and that a run of two
+# implementations given nothing but a workload ends within a couple of minutes (fused's
+# first kernel build aside, which its cache keeps), measured on a shared 2-vCPU AMD EPYC.
+LEVEL_DEFAULTS = {
+    # Tensor products per call: milliseconds at 1,024; their numbers come from many calls,
+    # so the schema's budget.
+    "tp": LevelDefaults("forward", 1024, "default", None),
+    # QM9 graphs per call (~140 atoms, ~2,500 edges at 8), as the quick preset's conv suite.
+    "conv": LevelDefaults("forward", 8, "default", 3.0),
+    # Structures per inference call.
+    "model": LevelDefaults("inference", 4, "default", 3.0),
+    # MD steps per call, for a structure the CLI cannot read (else levels.md.default_steps:
+    # MD_ATOM_STEPS_PER_CALL atom-steps).
+    # The small MACE: one step of the default (OpenEquivariance-size) model on 64 atoms of
+    # diamond took 16 s with e3nn here, its first call 86 s.
+    "md": LevelDefaults("nve", 1, "small", 3.0),
+}
+# At md the default step count is sized by the structure: a call of this many atom-steps
+# (64 atoms of diamond, ~86 neighbours each within the small MACE's 5 Å: 4 steps, ~0.2 s
+# with e3nn and ~0.07 s with fused on one 2-vCPU Intel Xeon).
+MD_ATOM_STEPS_PER_CALL = 256
+
+
 def expand(
     *,
     level: str,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from equibench import config as config_mod
 from equibench import run_ids
-from equibench.cases import DIRECTIONS, LEVELS, expand
+from equibench.cases import DIRECTIONS, LEVEL_DEFAULTS, LEVELS, MD_ATOM_STEPS_PER_CALL, expand
 from equibench.devices import require
 
 if TYPE_CHECKING:
@@ -67,15 +67,19 @@ def _custom_workloads(args: argparse.Namespace, cfg: dict | None = None
 
 
 def _settings(args: argparse.Namespace, cfg: dict | None = None,
-              workloads: Sequence[CustomWorkload] = (), scaling_limit_s: float = 0.0):
+              workloads: Sequence[CustomWorkload] = (), suite: dict | None = None):
+    """The run's settings: the configuration's (else the schema's defaults), then a suite's
+    own keys (``scaling_limit_s``, ``breakdown``), then the command's flags."""
     from equibench.measure import MeasureConfig
     from equibench.runner import RunSettings
     from equibench.schema import defaults
 
     # A resolved configuration has every default already; `equibench run` has none.
     given = {**defaults(), **(cfg or {})}
+    suite = suite or {}
     overrides = {key: value for key, value in (("budget_s", getattr(args, "budget", None)),
-                                               ("rounds", getattr(args, "rounds", None)))
+                                               ("rounds", getattr(args, "rounds", None)),
+                                               ("breakdown", suite.get("breakdown")))
                  if value is not None}
     measure = MeasureConfig(**{**given["measure"], **overrides})
     return RunSettings(
@@ -91,7 +95,7 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None,
         cpu_allocator=_cpu_allocator(args, cfg),
         plugins=tuple(given["plugins"]) + tuple(getattr(args, "plugin", None) or []),
         workloads=tuple(w.definition for w in workloads),
-        scaling_limit_s=scaling_limit_s,
+        scaling_limit_s=suite.get("scaling_limit_s", 0.0),
     )
 
 
@@ -129,8 +133,55 @@ def _names_known(cases, plugins, command: str) -> bool:  # noqa: ANN001
     return True
 
 
+def resolve_level_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the direction, variant and budget that ``equibench run`` was not given from its
+    level's (``cases.LEVEL_DEFAULTS``); the batch is filled per workload
+    (:func:`default_batch`). A flag given is kept as given."""
+    level = LEVEL_DEFAULTS[args.level]
+    if args.direction is None:
+        args.direction = level.direction
+    if args.variant is None:
+        args.variant = level.variant
+    if args.budget is None:
+        args.budget = level.budget_s  # None: the schema's
+    return args
+
+
+def default_batch(level: str, workload: str) -> int:
+    """The batch of ``workload`` at ``level`` when ``--batch`` is not given. A batch means
+    tensor products at tp, graphs at conv, structures at model and MD steps per timed call
+    at md, where it is sized by the structure's atoms (``levels.md.default_steps``): the
+    tensor product's 1,024 would be an hour of MD per call."""
+    if level == "md":
+        from equibench import structures
+        from equibench.levels.md import default_steps
+
+        try:
+            return default_steps(len(structures.load(workload)))
+        except (OSError, ValueError):
+            pass  # not a structure: the name check says why
+    return LEVEL_DEFAULTS[level].batch
+
+
+def _batches(args: argparse.Namespace, workloads: list[str]) -> dict[str, list[int]]:
+    """Each workload's batches: ``--batch`` as given, else its default. A scaling run times
+    every size of a structure with one step count (a backend's growth is followed at one
+    batch), that of its largest size."""
+    if args.batch:
+        return {workload: args.batch for workload in workloads}
+    own = {workload: default_batch(args.level, workload) for workload in workloads}
+    if args.scaling_limit is None:
+        return {workload: [batch] for workload, batch in own.items()}
+    from equibench.structures import StructureName
+
+    source = {workload: StructureName.parse(workload).source for workload in workloads}
+    return {workload: [min(own[w] for w in workloads if source[w] == source[workload])]
+            for workload in workloads}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     require(args.device)
+    resolve_level_defaults(args)
     # First, so that the server's imports overlap with ours (the name check imports the
     # registry); it exits with this process if a name is unknown.
     _start_fork_server(args)
@@ -144,17 +195,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "conv name a --tp workload with a graph: --workload NAME@qm9)")
     if args.scaling_limit is not None and args.level != "md":
         raise ValueError("--scaling-limit grows md structures: use it with --level md")
-    cases = list(expand(
-        level=args.level, workloads=workloads, implementations=_csv(args.implementation),
-        directions=_csv(args.direction), precisions=_csv(args.precision), batches=args.batch,
-        device=args.device, variants=_csv(args.variant),
-    ))
+    batches = _batches(args, workloads)
+    cases = [case for workload in workloads for case in expand(
+        level=args.level, workloads=[workload], implementations=_csv(args.implementation),
+        directions=_csv(args.direction), precisions=_csv(args.precision),
+        batches=batches[workload], device=args.device, variants=_csv(args.variant),
+    )]
     if not _names_known(cases, args.plugin or (), "equibench run"):
         return 2
     from equibench.runner import run_cases
 
     frame = run_cases(cases, _settings(args, workloads=defined,
-                                       scaling_limit_s=args.scaling_limit or 0.0),
+                                       suite={"scaling_limit_s": args.scaling_limit or 0.0}),
                       args.out, progress=not args.quiet,
                       on_row=_log_row if args.quiet else None)
     _print_table(frame)
@@ -184,8 +236,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{len(cases)} cases: suite {args.suite}, {args.implementation}, {args.device}",
           flush=True)
     with exclusive(args.device, Path(args.out).parent / ".locks"):
-        limit = config_mod.suite(cfg, args.suite).get("scaling_limit_s", 0.0)
-        frame = run_cases(cases, _settings(args, cfg, defined, limit), args.out,
+        settings = _settings(args, cfg, defined, config_mod.suite(cfg, args.suite))
+        frame = run_cases(cases, settings, args.out,
                           progress=not args.quiet,
                           on_row=_log_row if args.quiet else None)
     _print_table(frame)
@@ -353,17 +405,33 @@ def build_parser() -> argparse.ArgumentParser:
                         "(named tp-<hash> without NAME=; at level conv run it as NAME@qm9); "
                         "repeatable")
     p.add_argument("--implementation", required=True, help="e.g. e3nn,e3nn-compiled")
-    p.add_argument("--variant", default="default",
+    by_level = "; ".join(f"{name} {d.variant}" for name, d in LEVEL_DEFAULTS.items())
+    p.add_argument("--variant",
                    help="model option sets, e.g. small,oeq or file:PATH, a saved model (mace), or "
                         "baseline,optimized (se3t); "
                         "tp/conv variants an implementation declares, e.g. ir_mul "
-                        "(cuequivariance), reuse-plan (fused conv): see `equibench list`")
-    p.add_argument("--direction", default="forward", help=f"from {', '.join(DIRECTIONS)}")
+                        "(cuequivariance), reuse-plan (fused conv): see `equibench list` "
+                        f"(default by level: {by_level})")
+    by_level = "; ".join(f"{name} {d.direction}" for name, d in LEVEL_DEFAULTS.items())
+    p.add_argument("--direction", help=f"from {', '.join(DIRECTIONS)} (default by level: "
+                                       f"{by_level})")
     p.add_argument("--precision", default="float32", help=f"from {', '.join(PRECISION_NAMES)}")
-    p.add_argument("--batch", type=_ints, default=[1024], help="e.g. 256,1024")
+    by_level = "; ".join(f"{name} {d.batch}" for name, d in LEVEL_DEFAULTS.items()
+                         if name != "md")
+    p.add_argument("--batch", type=_ints,
+                   help="the work of one timed call: tensor products (tp), graphs (conv), "
+                        "structures (model) or MD steps (md), e.g. 256,1024 (default by "
+                        f"level: {by_level}; md {MD_ATOM_STEPS_PER_CALL} atom-steps, e.g. "
+                        "4 steps of 64 atoms, 32 of 8)")
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")
     p.add_argument("--threads", type=int, help="torch threads on CPU (default: all cores)")
-    p.add_argument("--budget", type=float, help="timing budget per case, seconds")
+    from equibench.schema import defaults
+
+    schema_budget = defaults()["measure"]["budget_s"]
+    by_level = "; ".join(f"{name} {schema_budget if d.budget_s is None else d.budget_s:g} s"
+                         for name, d in LEVEL_DEFAULTS.items())
+    p.add_argument("--budget", type=float,
+                   help=f"timing budget per case, seconds (default by level: {by_level})")
     p.add_argument("--scaling-limit", type=float, metavar="SECONDS",
                    help="level md: a scaling run; each structure's supercells "
                         "(--workload diamond@2x2x2,diamond@3x3x3,...) run from the smallest up, "

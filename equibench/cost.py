@@ -3,8 +3,9 @@
 The project's one cost model (rows, the roofline and ``benchmarks/targets.py`` read it;
 docs/measurement.md states its conventions). The method follows the OpenEquivariance paper
 (Bharadwaj et al., arXiv 2501.13986): a ``uvu`` path costs ``3 x nnz(CG) x mul`` FLOPs
-forward and ``9 x nnz x mul`` backward. A ``uvw`` path first forms ``mul1 x mul2`` products (``3 x nnz x mul1 x mul2``) and then contracts them with the
-weights (``2 x mul1 x mul2 x mul_out x (2 l_out + 1)``); its backward counts three times that.
+forward and ``9 x nnz x mul`` backward. A ``uvw`` path first forms ``mul1 x mul2``
+products (``3 x nnz x mul1 x mul2``) and then contracts them with the weights
+(``2 x mul1 x mul2 x mul_out x (2 l_out + 1)``); its backward counts three times that.
 The count is that of the *timed call*: ``backward`` rows time forward + backward, and
 ``double_backward`` rows time forward + backward + the backward of the backward (counted as
 two more backwards).

@@ -64,6 +64,8 @@ class MeasureConfig:
     budget_s: float = _DEFAULTS["budget_s"]
     warmup: int = _DEFAULTS["warmup"]
     rounds: int = _DEFAULTS["rounds"]
+    # Profile a model's call by category after timing (Bench.profile).
+    breakdown: bool = _DEFAULTS["breakdown"]
 
     def __post_init__(self) -> None:
         if self.rounds < 1:

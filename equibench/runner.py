@@ -150,22 +150,42 @@ def _case_unavailable(case: Case, precision) -> str | None:
     )
 
 
-def run_case(case: Case, settings: RunSettings) -> dict:
+# The phases of a case, as the progress bar shows them: ``start`` (its process starting:
+# fork, plugins, the load probe), ``build`` (the implementation's set-up: conversion,
+# compilation, a kernel build), ``gate`` (the first call and its comparison with the
+# float64 reference, then the equivariance check), ``warm-up``, then ``round k/n`` of the
+# timing and ``finish`` (peak memory and the gate on the last call).
+Phase = Callable[[str], None]
+
+
+def _no_phase(phase: str) -> None:
+    pass
+
+
+def round_phase(index: int, rounds: int) -> str:
+    """The phase of the ``index``-th (from 0) of ``rounds`` timing rounds."""
+    return f"round {index + 1}/{rounds}"
+
+
+def run_case(case: Case, settings: RunSettings, phase: Phase = _no_phase) -> dict:
     """Run one case in this process, its rounds back to back, and return its result fields
-    (no provenance)."""
-    row, _, session = _prepare(case, settings)
+    (no provenance); ``phase`` is told each phase as it starts."""
+    row, _, session = _prepare(case, settings, phase)
     if session is None:
         return row
-    for _ in range(settings.measure.rounds):
+    for index in range(settings.measure.rounds):
+        phase(round_phase(index, settings.measure.rounds))
         if (failed := session.round(settings.measure.round_plan)) is not None:
             return failed
+    phase("finish")
     return session.finish(rounds_id="", disturbed="", load={})
 
 
-def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | None]:
-    """Build, gate and warm up a case. Returns its row so far, whether that row holds for
-    every case of the implementation, and the session that times it (None when the case
-    ended here: unavailable, incorrect, an error)."""
+def _prepare(case: Case, settings: RunSettings, phase: Phase = _no_phase
+             ) -> tuple[dict, bool, _Session | None]:
+    """Build, gate and warm up a case, telling ``phase`` each as it starts. Returns its row
+    so far, whether that row holds for every case of the implementation, and the session
+    that times it (None when the case ended here: unavailable, incorrect, an error)."""
     custom_workloads.register(map(custom_workloads.CustomWorkload.parse, settings.workloads))
     reason = _implementation_unavailable(case)
     if reason:
@@ -180,11 +200,13 @@ def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | 
         return {**row, "status": "unavailable", "reason": reason}, False, None
     try:
         with precision_mode(precision):
+            phase("build")
             bench = _build(case, precision, settings.seed)
             row.update(throughput_unit=bench.unit, flops=bench.flops, bytes=bench.bytes,
                        tolerance=precision.tolerance, extra=bench.extra)
             # The gate: the first call of the implementation is compared with the float64
             # reference; a case that fails it is never timed.
+            phase("gate")
             start = time.perf_counter()
             first = bench.call()
             # The first call pays compilation, JIT and first-touch costs, which the timed
@@ -205,12 +227,13 @@ def _prepare(case: Case, settings: RunSettings) -> tuple[dict, bool, _Session | 
                     return {**row, "status": "incorrect", "reason": message}, False, None
                 if eq_err > precision.tolerance and not row.get("reason"):
                     row["reason"] = f"{message} (as large as this precision's rounding)"
+            phase("warm-up")
             one_call, warmup_s = call_timer(bench.call, settings.measure, case.device)
     except Exception as err:  # noqa: BLE001 - every failure becomes a recorded row
         return _failed(row, err), False, None
     timing = Timing(warmup_s=warmup_s)
     return row, False, _Session(case, precision, bench, one_call, timing, first_call_s, row,
-                                settings.reference_dir)
+                                settings.reference_dir, settings.measure.breakdown)
 
 
 def _failed(row: dict, err: BaseException) -> dict:
@@ -232,6 +255,8 @@ class _Session:
     first_call_s: float
     row: dict
     reference_dir: str
+    # Profile a call by category once timing is over (``measure.breakdown``).
+    breakdown: bool = False
 
     def round(self, plan: RoundPlan) -> dict | None:
         """Time one round; a failed call ends the case with the returned row."""
@@ -245,7 +270,8 @@ class _Session:
     def finish(self, rounds_id: str, disturbed: str, load: dict) -> dict:
         """Peak memory (last: on CPU it makes the allocator give memory back, see
         measure.py), resident and live tensor bytes, the gate again on the last call's
-        outputs, then the complete row.
+        outputs, the profile by category where asked for (after all the rest: the
+        profiler's own state would weigh on the memory), then the complete row.
 
         The second gate catches what only shows after many calls (GPU atomics, state that
         drifts); a training step is exempt, since its weights move by design.
@@ -268,6 +294,9 @@ class _Session:
                             "reason": f"after timing, the last call: {gate.message}"}
                 if gate.status == UNVERIFIABLE and not row.get("reason"):
                     row["reason"] = f"after timing, the last call: {gate.message}"
+            with precision_mode(self.precision):
+                profile = (bench.profile() if self.breakdown and bench.profile is not None
+                           else {})
         except Exception as err:  # noqa: BLE001
             return _failed(row, err)
         median = timing.median
@@ -276,7 +305,7 @@ class _Session:
                  for key, value in bench.extra.items()
                  if key.endswith("_per_call") and isinstance(value, (int, float))}
         summary = bench.summary(median) if bench.summary is not None else {}
-        row["extra"] = {**bench.extra, **rates, **summary, "latency_s": median,
+        row["extra"] = {**bench.extra, **rates, **summary, **profile, "latency_s": median,
                         "first_call_s": self.first_call_s, "amortized": bench.amortized,
                         "kept_bytes": bench.kept_bytes,
                         **({"machine_load": load} if load else {})}
@@ -335,9 +364,10 @@ def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
     """A case process: prepare the case, then time the rounds the parent asks for.
 
     Messages from the parent: ``("round", plan)`` and ``("finish", rounds_id, disturbed,
-    load)``. Replies: ``("ready",)`` once gated and warmed up, ``("round", slowdown)`` after
-    each round (the parallel probe's ratio, None where the case is not probed), and
-    ``("done", row, whole)`` when the case is over.
+    load)``. Replies: ``("phase", name)`` as each phase of the preparation starts (build,
+    gate, warm-up: for the progress bar), ``("ready",)`` once gated and warmed up,
+    ``("round", slowdown)`` after each round (the parallel probe's ratio, None where the
+    case is not probed), and ``("done", row, whole)`` when the case is over.
     """
     measure = MeasureConfig(**settings_dict["measure"])
     settings = RunSettings(**{**settings_dict, "measure": measure})
@@ -351,7 +381,8 @@ def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
             importlib.import_module(module)
         # Before the warm-up, which refills what its thread switching cleared.
         probe = machine_load.parallel_probe() if case.device == "cpu" else None
-        row, whole, session = _prepare(case, settings)
+        row, whole, session = _prepare(case, settings,
+                                       lambda name: conn.send(("phase", name)))
         reply: tuple = ("ready",)
         while session is not None:
             conn.send(reply)
@@ -376,8 +407,9 @@ def _worker(conn, case_dict: dict, settings_dict: dict) -> None:
 class _Worker:
     """The parent's handle on one case process."""
 
-    def __init__(self, case: Case, settings: RunSettings, ctx) -> None:
-        self.case, self.timeout_s = case, settings.timeout_s
+    def __init__(self, case: Case, settings: RunSettings, ctx,
+                 phase: Phase = _no_phase) -> None:
+        self.case, self.timeout_s, self.phase = case, settings.timeout_s, phase
         self.conn, child = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=_worker, args=(child, case.to_dict(), asdict(settings)))
         self.proc.start()
@@ -387,14 +419,20 @@ class _Worker:
         self.reply: tuple = ()  # the process's last message while the case goes on
 
     def wait(self) -> bool:
-        """Wait for the process's next message; True while the case goes on."""
-        message = None
-        answered = self.conn.poll(self.timeout_s)
-        if answered:
-            try:
-                message = self.conn.recv()
-            except EOFError:  # the process died
-                message = None
+        """Wait for the process's next message, passing the phases it reports on to
+        ``phase`` (they do not restart the timeout); True while the case goes on."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            message = None
+            answered = self.conn.poll(max(0.0, deadline - time.monotonic()))
+            if answered:
+                try:
+                    message = self.conn.recv()
+                except EOFError:  # the process died
+                    message = None
+            if message is None or message[0] != "phase":
+                break
+            self.phase(message[1])
         if message is not None and message[0] != "done":
             self.reply = message
             return True
@@ -432,6 +470,13 @@ class _Worker:
             self.row = {**case, "status": "error", "reason": f"case process crashed ({name})"}
 
 
+def case_label(case: Case) -> str:
+    """The implementation of a case, with its variant where it has one, e.g. ``fused`` or
+    ``e3nn[small]``: what tells the cases of one comparison group apart."""
+    return (case.implementation if case.variant == "default"
+            else f"{case.implementation}[{case.variant}]")
+
+
 def comparison_key(case: Case) -> tuple:
     """Cases with the same key are timed in interleaved rounds and compared with each
     other: every implementation and variant of one workload, direction, precision, batch
@@ -440,11 +485,13 @@ def comparison_key(case: Case) -> tuple:
 
 
 def _run_group(cases: list[Case], settings: RunSettings, ctx,
-               unavailable: dict[tuple[str, ...], dict]) -> list[dict]:
+               unavailable: dict[tuple[str, ...], dict],
+               phase: Callable[[Case, str], None] = lambda case, name: None) -> list[dict]:
     """Run one comparison group: prepare each case in its own process, one after another
     (so that first calls and compilation times are not disturbed), then time them in
     interleaved rounds in a fresh random order each round, then finish them one by one.
-    Returns one row per case, in the order given."""
+    ``phase`` is told each case's phase as it starts. Returns one row per case, in the
+    order given."""
     workers: dict[int, _Worker] = {}
     rows: dict[int, dict] = {}
     for index, case in enumerate(cases):
@@ -452,7 +499,8 @@ def _run_group(cases: list[Case], settings: RunSettings, ctx,
         if known is not None:
             rows[index] = {**known, **case.to_dict()}
             continue
-        worker = _Worker(case, settings, ctx)
+        phase(case, "start")  # its process: fork, plugins, the machine-load probe
+        worker = _Worker(case, settings, ctx, lambda name, case=case: phase(case, name))
         if worker.wait():
             workers[index] = worker
             continue
@@ -465,16 +513,20 @@ def _run_group(cases: list[Case], settings: RunSettings, ctx,
     # them, and together they hold enough clock ticks to judge.
     load = machine_load.Load()
     plan = asdict(settings.measure.round_plan)
-    for _ in range(settings.measure.rounds):
+    for index in range(settings.measure.rounds):
         active = list(workers.values())
         order.shuffle(active)
         for worker in active:
+            if worker.row is None:
+                phase(worker.case, round_phase(index, settings.measure.rounds))
             if worker.row is None and worker.send("round", plan):
                 with machine_load.Slot(worker.proc.pid, load):
                     going_on = worker.wait()
                 if going_on and worker.reply[1] is not None:
                     load.parallel.append(worker.reply[1])
     for worker in workers.values():
+        if worker.row is None:
+            phase(worker.case, "finish")
         if worker.row is None and worker.send("finish", rounds_id, load.disturbed(),
                                               load.summary()):
             worker.wait()
@@ -573,11 +625,17 @@ def _run_groups(groups: dict[tuple, list[Case]], settings: RunSettings, ctx: Any
 
     subsets = cached_subsets()
     for (level, workload, direction, precision, batch, device), group in groups.items():
-        bar.set_postfix_str(f"{len(group)} interleaved: {level} {workload} {direction} "
-                            f"{precision} b={batch} {device}")
+        about = (f"{len(group)} interleaved: {level} {workload} {direction} {precision} "
+                 f"b={batch} {device}")
+        bar.set_postfix_str(about)
+
+        def show(case: Case, phase: str, about: str = about) -> None:
+            # The phase first: a narrow terminal cuts the line's end.
+            bar.set_postfix_str(f"{case_label(case)}: {phase} | {about}")
+
         skipped = [growth.skipped(c) for c in group] if growth else [None] * len(group)
         running = [c for c, row in zip(group, skipped, strict=True) if row is None]
-        ran = iter(_run_group(running, settings, ctx, unavailable) if running else [])
+        ran = iter(_run_group(running, settings, ctx, unavailable, show) if running else [])
         done = []
         for case, row in zip(group, skipped, strict=True):
             if row is None:

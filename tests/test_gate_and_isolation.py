@@ -78,9 +78,9 @@ def test_an_unavailable_implementation_costs_one_case_process(monkeypatch):
     started = []
     real = runner._Worker.__init__
 
-    def counting(self, c, settings, ctx):
+    def counting(self, c, settings, ctx, *phase):
         started.append(c)
-        real(self, c, settings, ctx)
+        real(self, c, settings, ctx, *phase)
 
     monkeypatch.setattr(runner._Worker, "__init__", counting)
     cases = [case(impl, d, p) for impl in ("openequivariance", "e3nn")
@@ -95,14 +95,6 @@ def test_an_unavailable_implementation_costs_one_case_process(monkeypatch):
     # Case-level reasons (here: none) never stand for other cases: e3nn ran all four.
     assert sum(c.implementation == "e3nn" for c in started) == 4
     assert (frame[frame["implementation"] == "e3nn"]["status"] == "ok").all()
-
-
-def test_e3nn_compiled_passes_the_gate_and_declines_double_backward():
-    row = run_case(case("e3nn-compiled", "backward", "float32"), SETTINGS)
-    assert row["status"] == "ok", row.get("reason")
-    assert row["max_scaled_err"] <= row["tolerance"]
-    row = run_case(case("e3nn-compiled", "double_backward", "float32"), SETTINGS)
-    assert row["status"] == "unavailable" and "double backward" in row["reason"]
 
 
 def test_cases_with_one_reference_key_share_one_reference(tmp_path):
@@ -220,3 +212,35 @@ def test_outputs_that_drift_during_timing_fail_the_second_gate():
     row = run_case(case("test-drift", "forward", "float32"), SETTINGS)
     assert row["status"] == "incorrect"
     assert row["reason"].startswith("after timing, the last call: out:")
+
+
+@pytest.mark.parametrize("breakdown", [True, False])
+def test_a_profile_runs_last_and_only_when_asked(monkeypatch, breakdown):
+    """A model's profile by category (``Bench.profile``) costs more than its timed calls:
+    the runner calls it once, after every timed and memory call, and not at all with
+    ``measure.breakdown`` off."""
+    from equibench import runner
+
+    calls: list[str] = []
+    build = runner._build
+
+    def with_profile(*args, **kwargs):
+        bench = build(*args, **kwargs)
+        call = bench.call
+
+        def counted():
+            calls.append("call")
+            return call()
+        return replace(bench, call=counted,
+                       profile=lambda: calls.append("profile") or {"breakdown": {"all": 1.0}})
+
+    monkeypatch.setattr(runner, "_build", with_profile)
+    settings = replace(SETTINGS, measure=replace(FAST, breakdown=breakdown))
+    row = run_case(case("e3nn"), settings)
+    assert row["status"] == "ok", row.get("reason")
+    if breakdown:
+        assert calls.count("profile") == 1 and calls[-1] == "profile"
+        assert row["extra"]["breakdown"] == {"all": 1.0}
+    else:
+        assert "profile" not in calls and "breakdown" not in row["extra"]
+    assert calls.count("call") >= 1 + FAST.min_repeats + 2  # gate, timing, two memory calls

@@ -34,6 +34,11 @@ class Bench:
     ``summary`` (None: nothing) gives metrics of the case's whole run from the median
     seconds per call, after timing, for the row's ``extra``: an MD run's ns/day and its
     energy drift over every call.
+
+    ``profile`` (None: nothing) profiles a call by category for the row's ``extra``
+    (``breakdown``, ``breakdown_unit``). The runner calls it last, after timing and the
+    memory measurements, and only where the run asks for it (``measure.breakdown``): the
+    profiler's trace of a model's training step costs more than all its timed calls.
     """
 
     call: Callable[[], Outputs]
@@ -50,6 +55,7 @@ class Bench:
     gate_view: Callable[[Outputs], Outputs] | None = None
     summary: Callable[[float], dict] | None = None
     floors: dict[str, float] = field(default_factory=dict)
+    profile: Callable[[], dict] | None = None
 
     def gated(self, outputs: Outputs) -> Outputs:
         """``outputs`` as the gate compares them (see ``gate_view``)."""

@@ -303,6 +303,15 @@ def equivariance_error(potential: Potential, system: System, cutoff: float,
     )
 
 
+def default_steps(n_atoms: int) -> int:
+    """The MD steps of one timed call when none are given (``equibench run`` without
+    ``--batch``): ``cases.MD_ATOM_STEPS_PER_CALL`` atom-steps, at least one (64 atoms: 4
+    steps; the 24-atom water box: 10; the 8-atom diamond cell: 32)."""
+    from equibench.cases import MD_ATOM_STEPS_PER_CALL
+
+    return max(1, MD_ATOM_STEPS_PER_CALL // max(1, n_atoms))
+
+
 def drift_mev_per_atom_ps(totals: Tensor, timestep_fs: float, n_atoms: int) -> float:
     """Slope of the least-squares line through the total energy ``totals (S + 1,)`` eV,
     one value per step from the first frame, in meV per atom per ps."""

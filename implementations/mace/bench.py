@@ -200,8 +200,6 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
                      + (" (the backend under test, in float64)"
                         if case.implementation == "e3nn" else ""),
         # atoms/s = throughput * atoms_per_structure; latency = time_median_s.
-        "breakdown": _profile(mc, case.direction, precision.autocast_context(case.device)),
-        "breakdown_unit": "s per step, torch.profiler self time (profiler overhead included)",
     }
     if scaler is not None:
         extra["loss_scale"] = scaler.get_scale()
@@ -226,6 +224,10 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
         gate_view=None if view is None or step is None
         else lambda out: {**view.backend_view(out), **step.residuals(out)},
         floors={} if step is None else step.floors,
+        profile=lambda: {
+            "breakdown": _profile(mc, case.direction, precision.autocast_context(case.device)),
+            "breakdown_unit": "s per step, torch.profiler self time (profiler overhead "
+                              "included)"},
     )
 
 
