@@ -100,6 +100,7 @@ def test_peak_memory_sees_reused_memory(preload):
     assert 0.9 * 256 * 2**20 < int(peak) < 1.5 * 256 * 2**20
 
 
+@pytest.mark.slow
 @needs_tcmalloc
 def test_tensor_peak_does_not_depend_on_the_allocator():
     glibc = _python(_TENSOR_PEAK, None).split()
@@ -111,6 +112,7 @@ def test_tensor_peak_does_not_depend_on_the_allocator():
     assert method == "torch_profiler" and 2 * 32 * 2**20 <= int(peak) < 4 * 32 * 2**20
 
 
+@pytest.mark.slow
 @needs_tcmalloc
 def test_case_rows_record_the_allocator(tmp_path):
     out = tmp_path / "rows.parquet"

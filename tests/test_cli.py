@@ -141,6 +141,7 @@ def test_run_show_roundtrip(tmp_path):
     assert "2 rows: ok 2" in shown.stdout
 
 
+@pytest.mark.slow
 def test_a_terminated_run_keeps_the_groups_that_finished(tmp_path):
     """SIGTERM to the whole process group, as `timeout` sends it, after the first of two
     groups: that group's row is written, whole, and the run exits 143. A data cache that

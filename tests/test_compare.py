@@ -83,6 +83,7 @@ def test_ratio_is_compared_across_machines(base):
     assert not [c for c in compare.compare(apart, other) if c.metric != "status"]
 
 
+@pytest.mark.slow
 def test_below_threshold_or_not_significant_is_unchanged(base):
     small = compare.compare(base, _slow_down(base, "cuequivariance", 1.05))
     assert all(c.verdict == "unchanged" for c in small)

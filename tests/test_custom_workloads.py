@@ -119,6 +119,7 @@ def _rows(path) -> list[dict]:
     return [{**row, "extra": json.loads(row["extra"])} for row in frame.to_dict("records")]
 
 
+@pytest.mark.slow
 def test_equibench_run_tp_runs_through_every_implementation_and_the_gate(tmp_path):
     out = tmp_path / "r.parquet"
     subprocess.run([sys.executable, "-m", "equibench.cli", "run", "--tp", f"tiny={TINY}",
@@ -133,6 +134,7 @@ def test_equibench_run_tp_runs_through_every_implementation_and_the_gate(tmp_pat
         assert row["extra"]["tp_spec"] == str(TPSpec.parse(TINY))
 
 
+@pytest.mark.slow
 def test_a_configured_workload_runs_in_a_sweep_at_the_conv_level(tmp_path):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(_config([{"name": "tiny", "tp": TINY}], level="conv",

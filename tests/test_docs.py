@@ -8,6 +8,7 @@ generates from the code and the baselines now is stale: regenerate it with
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def generated() -> dict[str, str]:
-    return reference_pages.generate()
+    # In a fresh process: other tests register implementations and workloads of their own
+    # (plugins_for_tests, custom workloads), which the pages would then list.
+    code = ("import json; from equibench import reference_pages; "
+            "print(json.dumps(reference_pages.generate()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)
 
 
 def test_reference_pages_are_current(generated: dict[str, str]) -> None:

@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 
 from equibench import names
-from equibench.cases import expand
-from equibench.cli import build_parser
+from equibench.cases import LEVEL_DEFAULTS, expand
+from equibench.cli import build_parser, resolve_level_defaults
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.sh"
 
@@ -33,10 +33,12 @@ def test_every_name_of_the_gpu_check_exists() -> None:
     assert len(runs) == 12
     parser = build_parser()
     for arguments in runs:
-        args = parser.parse_args(["run", "--device", "cuda:0", *arguments])
+        args = resolve_level_defaults(parser.parse_args(["run", "--device", "cuda:0",
+                                                         *arguments]))
         cases = list(expand(
             level=args.level, workloads=args.workload.split(","),
             implementations=args.implementation.split(","),
             directions=args.direction.split(","), precisions=args.precision.split(","),
-            batches=args.batch, device=args.device, variants=args.variant.split(",")))
+            batches=args.batch or [LEVEL_DEFAULTS[args.level].batch], device=args.device,
+            variants=args.variant.split(",")))
         names.check(cases)  # raises UnknownName naming the stale one

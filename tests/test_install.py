@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -24,6 +25,7 @@ entry()
 """
 
 
+@pytest.mark.slow
 def test_a_regular_install_runs_from_another_directory(tmp_path):
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",

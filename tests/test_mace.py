@@ -1,5 +1,6 @@
-"""MACE model level: every backend matches e3nn float64 through the runner's gate, the
-fused backend really runs the fused convolution, and the breakdown covers the step."""
+"""MACE model level: every backend passes the float32 gate (float64:
+tests/test_conformance.py), the fused backend really runs the fused convolution, and the
+breakdown covers the step."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def mace_case(backend: str, direction: str) -> Case:
 @pytest.mark.slow
 @pytest.mark.parametrize("direction", ["inference", "train_step"])
 @pytest.mark.parametrize("backend", ["e3nn", "fused", "cuequivariance"])
-def test_backend_matches_e3nn_float64(backend: str, direction: str) -> None:
+def test_backend_passes_the_float32_gate_and_breaks_down_the_step(backend: str,
+                                                                  direction: str) -> None:
     row = run_case(mace_case(backend, direction), QUICK)
     if backend == "fused" and row["status"] == "unavailable":
         pytest.skip(row["reason"])  # no C++ compiler here
@@ -201,6 +203,7 @@ def test_profile_categories_attributes_backward_to_the_forward_module() -> None:
     assert all(seconds > 0 for category, seconds in totals.items() if category != "other")
 
 
+@pytest.mark.slow
 def test_rows_name_the_modules_that_ran_and_the_fallback():
     from equibench.implementations.mace.backends import code_path
     from equibench.implementations.mace.bench import prepare

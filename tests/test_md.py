@@ -114,6 +114,7 @@ def diamond_springs(workload: str = "diamond@3x3x3") -> tuple[md.System, md.Pote
     return system, springs
 
 
+@pytest.mark.slow
 def test_nvt_holds_its_temperature_and_conserves_energy_less_heat() -> None:
     """Langevin at 600 K on springs started at 300 K: the temperature climbs to the bath's
     and the total energy less the heat put in holds as NVE's total energy does, while the

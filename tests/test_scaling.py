@@ -108,6 +108,7 @@ def _scaling_rows() -> pd.DataFrame:
     return results.to_frame(rows)
 
 
+@pytest.mark.slow
 def test_md_page_draws_each_structures_scaling_and_the_largest_sizes(tmp_path) -> None:
     out = tmp_path / "dashboard"
     write_site(pd.concat([synthetic_results(), _scaling_rows()], ignore_index=True), out)

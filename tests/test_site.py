@@ -341,6 +341,7 @@ def test_defaults_find_history_and_machine_json(tmp_path):
     assert math.isclose(max(_values(t["y"]).max() for t in peaks), 100.0)
 
 
+@pytest.mark.slow
 def test_synthetic_rows_label_every_page(tmp_path):
     index = write_site(synthetic_results(), tmp_path / "site", history=pd.DataFrame())
     pages = [index.parent / spec.file for spec in PAGES]

@@ -48,6 +48,7 @@ def tiny_run(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.slow
 def test_table_has_every_case(tiny_run):
     frame = results.read(tiny_run / "results/tiny/results.parquet")
     e3nn = frame[frame["implementation"] == "e3nn"]
@@ -65,6 +66,7 @@ def test_table_has_every_case(tiny_run):
     assert run.startswith("tiny-") and set(frame["config_name"]) == {"tiny"}
 
 
+@pytest.mark.slow
 def test_dashboard_is_self_contained(tiny_run):
     index = tiny_run / "results/tiny/dashboard/index.html"
     text = index.read_text()
@@ -74,6 +76,7 @@ def test_dashboard_is_self_contained(tiny_run):
     assert "nequip-water" in text
 
 
+@pytest.mark.slow
 def test_a_misspelt_name_stops_the_job_before_any_case(tmp_path):
     config = {**TINY, "suites": [{**TINY["suites"][0],
                                   "implementations": ["e3nn", "openequivariance-missing"]}]}
@@ -87,12 +90,14 @@ def test_a_misspelt_name_stops_the_job_before_any_case(tmp_path):
         (tmp_path / "results/tiny/cases").rglob("*.parquet"))
 
 
+@pytest.mark.slow
 def test_rerun_is_a_no_op(tiny_run):
     proc = _snakemake(tiny_run, "-n")
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_dgl_suite_records_why_its_environment_is_missing(tmp_path):
     """The dgl_env rule runs the real build script; with the torch index and PyPI, its
     fallback, both unreachable (port 9 of this machine, pip's cache off) it fails in

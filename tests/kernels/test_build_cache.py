@@ -29,6 +29,7 @@ def _build_in_subprocess(cache: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_second_process_reuses_the_build(tmp_path: Path) -> None:
     first = _build_in_subprocess(tmp_path)
     lib = Path(first["path"])

@@ -65,6 +65,7 @@ def test_twice_the_work_counts_twice(
     assert 1.9 < double / small < 2.1
 
 
+@pytest.mark.slow
 @needs_valgrind
 def test_symmetric_contraction_counts_twice_for_twice_the_nodes(
     cache: Path, monkeypatch: pytest.MonkeyPatch

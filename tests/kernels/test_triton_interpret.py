@@ -51,6 +51,7 @@ def test_conv() -> None:
     _check_conv()
 
 
+@pytest.mark.slow
 def test_autotuning_trials_leave_the_outputs_as_one_launch_would(monkeypatch) -> None:
     """On a GPU the autotuner runs each configuration on the real buffers, and the
     convolutions add into theirs atomically: every trial must be undone (restore_value).
@@ -104,6 +105,7 @@ def _check_conv() -> None:
         assert_close(got, r, f64, f"conv double backward d{what}")
 
 
+@pytest.mark.slow
 def test_modules_create_graph() -> None:
     """Forces-style double differentiation through the ops with backend='triton'."""
     desc = mixed_descriptor()
