@@ -22,9 +22,9 @@ from equibench.dashboards.controls import add_selector, tag
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from equibench.cases import DIRECTIONS
 from equibench.compare import REFERENCE, machine_labels, speedups
-from equibench.results import TIMED_STATUSES, code_path
+from equibench.results import code_path
+from equibench.vocabulary import DIRECTIONS, TIMED_STATUSES
 
 # The series colours: 43 distinct ones (Dark24's near-black is left to the roofline's peak
 # lines). Breakdown categories take their own, paler palette, so that no category looks

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 from equibench.dashboards.figures import prepared
 
-from equibench.cases import DIRECTIONS
 from equibench.compare import (
     MATCH_COLUMNS,
     REFERENCE,
@@ -27,9 +26,9 @@ from equibench.compare import (
     relative,
 )
 from equibench.paired import summary
+from equibench.vocabulary import DIRECTIONS, LEVELS
 
 CASE = ["level", "workload", "direction", "machine", "device"]
-LEVEL_ORDER = ("tp", "conv", "model", "md")
 PREFERRED_PRECISION = "float32"
 # The columns that identify one row among the latest ok rows (compare.latest_ok's key).
 ROW_KEY = [*MATCH_COLUMNS, *SAME_MACHINE, "run_id"]
@@ -45,8 +44,8 @@ def _precision(present: set[str]) -> str:
 
 
 def _order(lines: pd.DataFrame) -> pd.DataFrame:
-    level = lines["level"].map(lambda v: (LEVEL_ORDER.index(v) if v in LEVEL_ORDER
-                                          else len(LEVEL_ORDER), v))
+    level = lines["level"].map(lambda v: (LEVELS.index(v) if v in LEVELS
+                                          else len(LEVELS), v))
     direction = lines["direction"].map(lambda v: (DIRECTIONS.index(v) if v in DIRECTIONS
                                                   else len(DIRECTIONS), v))
     order = sorted(range(len(lines)), key=lambda i: (level.iloc[i], lines["workload"].iloc[i],

@@ -34,11 +34,12 @@ from equibench.dashboards.figures import (
     esc,
     prepared,
 )
-from equibench.dashboards.headline import CASE, LEVEL_ORDER
+from equibench.dashboards.headline import CASE
 from plotly.subplots import make_subplots
 
 from equibench.claims import excluded
 from equibench.compare import MATCH_COLUMNS, REFERENCE, SAME_MACHINE, latest_ok, speedups
+from equibench.vocabulary import LEVELS
 
 KEY = "overview-speedup"
 TITLE = f"Speedup over {REFERENCE} per level and case (log scale)"
@@ -88,7 +89,7 @@ def pairs(frame: pd.DataFrame, lines: pd.DataFrame) -> pd.DataFrame:
 
 
 def _level_key(level: str) -> tuple[int, str]:
-    return (LEVEL_ORDER.index(level) if level in LEVEL_ORDER else len(LEVEL_ORDER), level)
+    return (LEVELS.index(level) if level in LEVELS else len(LEVELS), level)
 
 
 def _unpaired_cases(lines: pd.DataFrame, data: pd.DataFrame) -> str:

@@ -13,23 +13,12 @@ interrupted run leaves the previous version intact.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from equibench.files import atomic_write
+from equibench.vocabulary import data_dir  # the root, also read by the Snakemake workflow
 
 __all__ = ["atomic_write", "data_dir", "prepared_path", "raw_dir"]
-
-DATA_DIR_ENV = "EQUIBENCH_DATA_DIR"
-DEFAULT_DATA_DIR = Path("~/.cache/equibench/data")
-
-
-def data_dir() -> Path:
-    """Root of the data cache: ``$EQUIBENCH_DATA_DIR`` or ``~/.cache/equibench/data``.
-
-    Read on every call (not at import) so tests and workflows can redirect it.
-    """
-    return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).expanduser()
 
 
 def raw_dir(dataset: str) -> Path:

@@ -6,17 +6,27 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 
-LEVELS = ("tp", "conv", "model", "md")
-DIRECTIONS = ("forward", "backward", "double_backward", "inference", "train_step", "nve",
-              "nvt")
+from equibench.vocabulary import DIRECTIONS, LEVELS
 
 
 @dataclass(frozen=True, order=True)
 class Case:
-    """One benchmark case.
+    """One benchmark case. Its fields are the key columns of a result row; four of them
+    mean something else at each level (``equibench.vocabulary.LEVEL_INFO``):
 
-    ``batch`` counts the work items of one call: tensor products for ``tp``, structures
-    for ``conv`` and ``model``, MD steps for ``md``.
+    - ``workload``: at ``tp`` a tensor product's shape (``mace-large``); at ``conv`` such a
+      shape on a graph set (``mace-large@qm9``); at ``model`` a model and its inputs
+      (``mace-qm9``, ``se3t-qm9``); at ``md`` the structure simulated (a built-in name or
+      a file).
+    - ``variant``: at ``tp`` and ``conv`` an option set of the implementation (``default``,
+      ``ir_mul``, ...); at ``model`` the model family's variant (a MACE configuration, an
+      SE(3)-Transformer switch set); at ``md`` the model that drives the dynamics (a MACE
+      configuration such as ``small``, or a ``file:`` model).
+    - ``direction``: ``forward``, ``backward`` or ``double_backward`` of the operation at
+      ``tp`` and ``conv``; ``inference`` or ``train_step`` at ``model``; the ensemble,
+      ``nve`` or ``nvt``, at ``md``.
+    - ``batch``: the work items of one timed call: tensor products at ``tp``, graphs at
+      ``conv``, structures at ``model``, MD steps at ``md``.
     """
 
     level: str
@@ -31,7 +41,7 @@ class Case:
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise ValueError(f"unknown level {self.level!r}; choose one of {LEVELS}")
-        if self.direction not in DIRECTIONS:
+        if self.direction not in DIRECTIONS:  # any level's: equibench.names checks its own
             raise ValueError(f"unknown direction {self.direction!r}; choose one of {DIRECTIONS}")
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 from equibench import config as config_mod
 from equibench import run_ids
-from equibench.cases import DIRECTIONS, LEVEL_DEFAULTS, LEVELS, MD_ATOM_STEPS_PER_CALL, expand
+from equibench.cases import LEVEL_DEFAULTS, MD_ATOM_STEPS_PER_CALL, expand
 from equibench.devices import require
+from equibench.vocabulary import DIRECTIONS, LEVELS
 
 if TYPE_CHECKING:
     from equibench.custom_workloads import CustomWorkload

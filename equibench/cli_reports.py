@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-# Kept in step with equibench.compare.METRICS (not imported: it pulls in pandas and scipy).
-METRICS = ("status", "speedup", "time", "memory")
+from equibench.vocabulary import METRICS
 
 
 def _print_frame(frame, markdown: bool) -> None:

@@ -48,7 +48,8 @@ from scipy.stats import mannwhitneyu, ttest_ind
 
 from equibench.cases import KEY_FIELDS
 from equibench.paired import join_speedups, samples_of, speedup_samples
-from equibench.results import COMPARABLE_STATUSES, TIMED_STATUSES, blank_row
+from equibench.results import blank_row
+from equibench.vocabulary import COMPARABLE_STATUSES, METRICS, TIMED_STATUSES, machine_label
 
 KEY_COLUMNS: tuple[str, ...] = KEY_FIELDS
 MATCH_COLUMNS: tuple[str, ...] = (*KEY_FIELDS, "threads", "cpu_allocator")
@@ -59,7 +60,6 @@ GROUP_COLUMNS = ("level", "workload", "direction", "precision", "batch", "device
                  "cpu_allocator", "run_id", *SAME_MACHINE)
 REFERENCE = "e3nn"
 MIN_MEM_DELTA_BYTES = 4 * 2**20
-METRICS = ("status", "speedup", "time", "memory")
 # Worse statuses rank higher: a change to a higher rank is a regression.
 # An ok case that became unverifiable lost its verification: a regression like incorrect.
 STATUS_RANK = {"ok": 0, "imported": 0, "unavailable": 1, "unverifiable": 2, "incorrect": 2,
@@ -67,14 +67,12 @@ STATUS_RANK = {"ok": 0, "imported": 0, "unavailable": 1, "unverifiable": 2, "inc
 
 
 def machine_labels(frame: pd.DataFrame) -> pd.Series:
-    """The hardware each row ran on: its GPU name, else its CPU model.
-
-    Same rule as ``equibench.environment.machine_label``, kept here so that reports do not
-    import torch.
-    """
+    """The hardware each row ran on: ``equibench.vocabulary.machine_label`` of its GPU name
+    and CPU model (a missing value counts as none)."""
     gpu = frame["gpu_name"].fillna("").astype(str)
-    cpu = frame["cpu_model"].fillna("").astype(str).replace("", "unknown")
-    return gpu.where(gpu != "", cpu)
+    cpu = frame["cpu_model"].fillna("").astype(str)
+    return pd.Series([machine_label(g, c) for g, c in zip(gpu, cpu, strict=True)],
+                     index=frame.index, dtype=object)
 
 
 def latest(frame: pd.DataFrame, keys: Iterable[str]) -> pd.DataFrame:

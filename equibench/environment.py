@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from equibench import vocabulary
+
 TRACKED_PACKAGES = (
     "torch", "e3nn", "cuequivariance", "cuequivariance-torch", "cuequivariance-ops-torch-cu12",
     "openequivariance", "mace-torch", "triton", "numpy",
@@ -81,5 +83,5 @@ def capture(device: str = "cpu") -> dict[str, str | int | bool]:
 
 
 def machine_label(env: dict) -> str:
-    """A short name for the hardware a row ran on, e.g. for hardware matching of claims."""
-    return str(env.get("gpu_name") or env.get("cpu_model") or "unknown")
+    """The machine label (``equibench.vocabulary.machine_label``) of a captured ``env``."""
+    return vocabulary.machine_label(env.get("gpu_name"), env.get("cpu_model"))

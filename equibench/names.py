@@ -12,10 +12,9 @@ import difflib
 import importlib
 from collections.abc import Iterable, Sequence
 
-from equibench.cases import LEVELS, Case
+from equibench.cases import Case
 from equibench.precision import PRECISIONS
-
-TP_CONV_DIRECTIONS = ("forward", "backward", "double_backward")
+from equibench.vocabulary import LEVEL_INFO, LEVELS
 
 
 class UnknownName(ValueError):
@@ -69,8 +68,9 @@ def problems(case: Case) -> list[str]:
     workloads = _workloads(case.level)
     if case.workload not in workloads:
         found.append(_problem(f"{case.level} workload", case.workload, workloads))
-    if case.direction not in TP_CONV_DIRECTIONS:
-        found.append(_problem("direction", case.direction, TP_CONV_DIRECTIONS))
+    directions = LEVEL_INFO[case.level].directions
+    if case.direction not in directions:
+        found.append(_problem("direction", case.direction, directions))
     implementations = registry.names(case.level)
     if case.implementation not in implementations:
         found.append(_problem(f"{case.level} implementation", case.implementation,

@@ -16,16 +16,7 @@ import pandas as pd
 
 from equibench.files import atomic_write
 from equibench.run_ids import config_name_of
-
-STATUSES = ("ok", "unverifiable", "incorrect", "oom", "unavailable", "error", "imported")
-# Rows with timings: ``ok`` (gated against the float64 reference, then timed),
-# ``unverifiable`` (a low precision whose real rounding error is as large as the planted
-# error its gate must reject, equibench.correctness: timed and shown as such, never
-# evidence) and ``imported`` (timed elsewhere, e.g. pytest-benchmark: never gated).
-TIMED_STATUSES = ("ok", "unverifiable", "imported")
-# Timed rows whose times regression checks compare: never an unverifiable one. Claims and
-# targets take ``ok`` rows alone.
-COMPARABLE_STATUSES = ("ok", "imported")
+from equibench.vocabulary import DIRECTIONS, LEVEL_INFO, STATUSES, TIMED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -44,13 +35,12 @@ COLUMNS: tuple[Column, ...] = (
     Column("workload", "str", "problem name, e.g. mace-large"),
     Column("implementation", "str", "registered implementation name, e.g. e3nn"),
     Column("variant", "str", "implementation option set (default unless a model switch)"),
-    Column("direction", "str",
-           "forward, backward, double_backward, inference, train_step, nve, nvt"),
+    Column("direction", "str", ", ".join(DIRECTIONS)),
     Column("precision", "str", "float64, float32, tfloat32, bfloat16, float16"),
-    Column("batch", "int", "work items per call (products for tp, MD steps for md, structures "
-           "otherwise)"),
+    Column("batch", "int", "work items per timed call: " + ", ".join(
+        f"{level.batch_unit} at {name}" for name, level in LEVEL_INFO.items())),
     Column("device", "str", "cpu or cuda:N, the device the case ran on"),
-    Column("status", "str", "ok, unverifiable, incorrect, oom, unavailable, error, imported"),
+    Column("status", "str", ", ".join(STATUSES)),
     Column("reason", "str", "why the status is not ok (empty when ok)"),
     Column("time_median_s", "float", "median seconds per call (NaN unless ok)"),
     Column("time_iqr_s", "float", "interquartile range of the samples, seconds"),

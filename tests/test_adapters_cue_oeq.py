@@ -21,9 +21,9 @@ from equibench.levels.directions import directional_call
 from equibench.precision import get_precision
 from equibench.registry import get
 from equibench.runner import run_case
+from equibench.vocabulary import TP_CONV_DIRECTIONS as DIRECTIONS
 from equibench.workloads import TP_WORKLOADS
 
-DIRECTIONS = ("forward", "backward", "double_backward")
 SETTINGS = ONE_REPEAT
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -25,6 +25,7 @@ from equibench import registry
 from equibench.cases import Case
 from equibench.precision import get_precision
 from equibench.runner import run_case
+from equibench.vocabulary import TP_CONV_DIRECTIONS as DIRECTIONS
 from equibench.workloads import TP_WORKLOADS
 
 PRECISION = "float64"
@@ -34,7 +35,6 @@ DEVICE = "cpu"
 # 1o x 0e, 1o x 1o), whose x and output e3nn's mul_ir and cuEquivariance's ir_mul lay out
 # differently.
 SMALL = {"tp": ("nequip-water-1parity", 4), "conv": ("nequip-water-1parity@carbon", 1)}
-DIRECTIONS = ("forward", "backward", "double_backward")
 # Each kind of construction once (slow): large uvu, both parities, l = 3, a single-input
 # irrep, uvw with many and few paths, a single path (tests/test_workloads.py checks every
 # workload's description).

@@ -55,7 +55,7 @@ def test_stale_page_is_detected(tmp_path: Path) -> None:
 
 
 def test_every_status_has_a_meaning() -> None:
-    from equibench.results import STATUSES
+    from equibench.vocabulary import STATUSES
 
     assert set(STATUSES) <= set(reference_pages.STATUS_MEANING)
 

@@ -16,8 +16,8 @@ from equibench.levels import tp as tp_level
 from equibench.precision import get_precision
 from equibench.registry import get
 from equibench.runner import run_case
+from equibench.vocabulary import TP_CONV_DIRECTIONS as DIRECTIONS
 
-DIRECTIONS = ("forward", "backward", "double_backward")
 # nequip-water-1parity: 32x0e+32x1o, so ir_mul differs from mul_ir in x and in the output.
 WORKLOADS = {"tp": "nequip-water-1parity", "conv": "nequip-water-1parity@carbon"}
 BATCHES = {"tp": 8, "conv": 1}

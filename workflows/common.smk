@@ -1,24 +1,17 @@
 # Functions and constants shared by the rule files (kept apart from rules, as
 # `snakemake --lint` asks).
-import os
 import re
-from pathlib import Path
 
 from equibench import config as eqcfg
 from equibench.devices import path_name
+from equibench.vocabulary import data_dir
 
 EQUIBENCH_DATASETS = ("qm9", "oc20", "oc20-like")
 
 
-def dataset_cache_dir():
-    # Same rule as equibench.datasets.cache.data_dir(), repeated here so that parsing
-    # the workflow does not import equibench (and torch) on every Snakemake start.
-    return Path(os.environ.get("EQUIBENCH_DATA_DIR") or "~/.cache/equibench/data").expanduser()
-
-
 def prepared_dataset(name):
     """Path of the prepared cache file of dataset `name` (input for other rules)."""
-    return str(dataset_cache_dir() / "prepared" / f"{name}.npz")
+    return str(data_dir() / "prepared" / f"{name}.npz")
 
 
 def _dataset_entries(cfg):

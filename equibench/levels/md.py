@@ -46,8 +46,8 @@ import torch
 from torch import Tensor
 
 from equibench.levels import Bench, Outputs
+from equibench.vocabulary import MD_DIRECTIONS as DIRECTIONS
 
-DIRECTIONS = ("nve", "nvt")
 TIMESTEP_FS = 0.5  # the hydrogen of water needs <= 0.5 fs
 TEMPERATURE_K = 300.0
 # Langevin friction of nvt: ASE's examples use 0.01/fs (a 100 fs relaxation time).

@@ -21,8 +21,8 @@ from torch import Tensor
 
 from equibench.levels import Outputs
 from equibench.precision import backward_and_step
+from equibench.vocabulary import MODEL_DIRECTIONS as DIRECTIONS
 
-DIRECTIONS = ("inference", "train_step")
 # mace-torch's run_train defaults for the weighted energy/forces loss.
 ENERGY_WEIGHT, FORCES_WEIGHT = 1.0, 100.0
 LEARNING_RATE = 1e-3

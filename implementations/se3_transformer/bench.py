@@ -41,6 +41,7 @@ from equibench.levels import Bench
 from equibench.levels.optimizer_step import StepCheck, without_params
 from equibench.precision import backward_and_step, get_precision, loss_scaler
 from equibench.registry import CodePath, ModelFamily, Unsupported, register_model
+from equibench.vocabulary import MODEL_DIRECTIONS as DIRECTIONS
 
 from .graph_ops import dgl_unavailable, make_graph_ops
 from .model import (
@@ -63,7 +64,6 @@ def make_optimizer(params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
 
 
 WORKLOADS = {"se3t-qm9": "full", "se3t-qm9-medium": "medium", "se3t-qm9-small": "small"}
-DIRECTIONS = ("inference", "train_step")
 
 
 def breakdown(model: SE3TransformerPooled, call, device: str) -> dict[str, float] | None:  # noqa: ANN001
