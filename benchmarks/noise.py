@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from equibench import compare, config, results
+from equibench import analysis, compare, config, results
 from equibench.files import atomic_write
 from equibench.paired import speedup_samples
 
@@ -87,9 +87,9 @@ def _run(cfg: dict, name: str, out: Path, delay_ms: float) -> pd.DataFrame:
 
 
 def _speedups(frame: pd.DataFrame) -> pd.DataFrame:
-    rel = compare.relative(frame)
-    return rel[rel["reference"] == compare.REFERENCE].set_index(
-        [*compare.MATCH_COLUMNS])
+    rel = analysis.relative(frame)
+    return rel[rel["reference"] == analysis.REFERENCE].set_index(
+        [*analysis.MATCH_COLUMNS])
 
 
 def stability(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
@@ -97,7 +97,7 @@ def stability(a: pd.DataFrame, b: pd.DataFrame) -> pd.DataFrame:
     sa, sb = _speedups(a), _speedups(b)
     both = sa.merge(sb, left_index=True, right_index=True, suffixes=("_a", "_b"))
     table = pd.DataFrame({
-        "case": [compare.case_label(row) for _, row in both.reset_index().iterrows()],
+        "case": [analysis.case_label(row) for _, row in both.reset_index().iterrows()],
         "speedup_a": both["speedup_a"].to_numpy(), "speedup_b": both["speedup_b"].to_numpy(),
         "paired": (both["paired_a"] & both["paired_b"]).to_numpy(),
         "e3nn_time_change": (both["ref_time_s_b"] / both["ref_time_s_a"]).to_numpy(),

@@ -22,7 +22,7 @@ from equibench.dashboards.controls import add_selector, tag
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from equibench.compare import REFERENCE, machine_labels, speedups
+from equibench.analysis import REFERENCE, machine_labels, speedups
 from equibench.results import code_path
 from equibench.vocabulary import DIRECTIONS, TIMED_STATUSES
 

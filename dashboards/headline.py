@@ -5,7 +5,7 @@ workload is the model and the implementation its tensor-product backend). Each l
 taken at one precision, float32 where the case has it, and at the largest batch with ok
 rows at that precision, and says which. Only ``ok`` rows count: imported rows were never
 checked against the reference, and failed rows have no time. The speedup is
-``equibench.compare.relative``'s: the median of per-round ratios where the two rows were
+``equibench.analysis.relative``'s: the median of per-round ratios where the two rows were
 timed in interleaved rounds, with their interquartile range, else the ratio of medians,
 labelled unpaired.
 """
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from equibench.dashboards.figures import prepared
 
-from equibench.compare import (
+from equibench.analysis import (
     MATCH_COLUMNS,
     REFERENCE,
     SAME_MACHINE,
@@ -30,7 +30,7 @@ from equibench.vocabulary import DIRECTIONS, LEVELS
 
 CASE = ["level", "workload", "direction", "machine", "device"]
 PREFERRED_PRECISION = "float32"
-# The columns that identify one row among the latest ok rows (compare.latest_ok's key).
+# The columns that identify one row among the latest ok rows (analysis.latest_ok's key).
 ROW_KEY = [*MATCH_COLUMNS, *SAME_MACHINE, "run_id"]
 COLUMNS = [*CASE, "precision", "batch", "series", "implementation", "variant", "candidates",
            "throughput", "throughput_unit", "reference", "reference_status", "speedup",
@@ -68,7 +68,7 @@ def _reference_status(rows: pd.DataFrame, line: dict) -> str:
 def headline(frame: pd.DataFrame) -> pd.DataFrame:
     """One line per case (``CASE``): its fastest ok row by throughput at the chosen
     precision and batch, ``candidates`` (how many rows ran ok there), the speedup over its
-    reference row in ``compare.relative`` (``reference``: that row's name, '' when the
+    reference row in ``analysis.relative`` (``reference``: that row's name, '' when the
     fastest row is the reference itself), ``reference_status`` (e3nn's status at the case
     when no ok e3nn row is the reference), the interquartile range of the speedup's samples
     and their count, and both rows' ``peak_tensor_bytes`` (live tensor bytes, which do not

@@ -4,7 +4,7 @@ A case is the headline's (``equibench.dashboards.headline``): a level, workload 
 direction on one machine and device, at the precision and batch of its headline line
 (float32 where the case has it, the largest batch with ok rows), so that the chart draws
 the pairs behind the table below it. A bar is one implementation (and variant) of the case
-against e3nn, as ``equibench.compare.speedups`` pairs them: the same case, run and machine,
+against e3nn, as ``equibench.analysis.speedups`` pairs them: the same case, run and machine,
 the median of per-round ratios where the two were timed in interleaved rounds (whiskers:
 their interquartile range), else the ratio of medians, which the hover calls unpaired.
 
@@ -37,22 +37,22 @@ from equibench.dashboards.figures import (
 from equibench.dashboards.headline import CASE
 from plotly.subplots import make_subplots
 
+from equibench.analysis import MATCH_COLUMNS, REFERENCE, SAME_MACHINE, latest_ok, speedups
 from equibench.claims import excluded
-from equibench.compare import MATCH_COLUMNS, REFERENCE, SAME_MACHINE, latest_ok, speedups
 from equibench.vocabulary import LEVELS
 
 KEY = "overview-speedup"
 TITLE = f"Speedup over {REFERENCE} per level and case (log scale)"
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "triangle-down", "star", "hexagon")
 # What identifies a reference row for a compared row, besides its variant (the columns
-# compare.speedups joins on).
+# analysis.speedups joins on).
 REF_KEY = [c for c in MATCH_COLUMNS if c not in ("implementation", "variant")] + [
     "run_id", *SAME_MACHINE]
 
 
 def _reference_reasons(ok: pd.DataFrame, pairs: pd.DataFrame) -> list[str]:
     """Why each pair's e3nn row cannot count ('' when it can): the row of the pair's
-    variant, else e3nn's default, as ``compare.speedups`` picks it."""
+    variant, else e3nn's default, as ``analysis.speedups`` picks it."""
     refs = latest_ok(ok)
     refs = refs[refs["implementation"] == REFERENCE]
     why = {(tuple(r[REF_KEY]), r["variant"]): excluded(r) for _, r in refs.iterrows()}
@@ -64,7 +64,7 @@ def _reference_reasons(ok: pd.DataFrame, pairs: pd.DataFrame) -> list[str]:
 
 
 def pairs(frame: pd.DataFrame, lines: pd.DataFrame) -> pd.DataFrame:
-    """The pairs the chart draws: ``compare.speedups`` of the ok rows over e3nn, at each
+    """The pairs the chart draws: ``analysis.speedups`` of the ok rows over e3nn, at each
     headline line's precision and batch (``prepared``'s columns, ``speedup``,
     ``speedup_q1``/``speedup_q3``, ``paired``, ``rounds`` and ``cannot_count``: why a claim
     could not count the pair, '' when it could)."""

@@ -33,7 +33,7 @@ from plotly.offline import get_plotlyjs
 
 from equibench import claims as claims_mod
 from equibench import history as history_mod
-from equibench.compare import machine_labels
+from equibench.analysis import machine_labels
 from equibench.files import atomic_write
 from equibench.results import code_path
 

@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from equibench.compare import KEY_COLUMNS, machine_labels
+from equibench.analysis import KEY_COLUMNS, machine_labels
 from equibench.paired import is_paired, samples_of
 from equibench.results import code_path
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from equibench.compare import KEY_COLUMNS, REFERENCE, speedups
+from equibench.analysis import KEY_COLUMNS, REFERENCE, speedups
 from equibench.results import write_parquet_atomic
 
 DEFAULT_PATH = Path("results/history.parquet")

@@ -341,7 +341,7 @@ def _distinct(values: Iterable[object]) -> str:
 
 def _results_section(path: Path) -> str:
     from equibench import results
-    from equibench.compare import relative
+    from equibench.analysis import relative
 
     frame = results.read([path])
     machine_file = path.with_name(path.name.removesuffix(".parquet") + ".machine.json")

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from equibench import claims
-from equibench.compare import machine_labels
+from equibench.analysis import machine_labels
 
 MET = "met"
 MISSED = "MISSED"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from equibench.dashboards.sample import synthetic_results
 
-from equibench import cli_reports, compare, history, results
+from equibench import analysis, cli_reports, compare, history, results
 
 
 def _cli(argv: list[str]) -> int:
@@ -170,16 +170,16 @@ def test_a_variant_without_an_e3nn_twin_is_compared_with_e3nn_default():
                         round_times_s=cue["round_times_s"].map(lambda s: [x / 2 for x in s]),
                         time_samples=cue["time_samples"].map(lambda s: [x / 2 for x in s]))
     frame = results.validate(pd.concat([base, native], ignore_index=True))
-    rel = compare.relative(frame)
+    rel = analysis.relative(frame)
     ir_mul = rel[rel["variant"] == "ir_mul"]
     assert len(ir_mul) == 4 and set(ir_mul["reference"]) == {"e3nn"}
     # e3nn takes 10 ms, cuequivariance[ir_mul] 4 ms: paired round by round.
     assert np.allclose(ir_mul["speedup"], 2.5, rtol=0.1) and ir_mul["paired"].all()
-    without_e3nn = compare.relative(frame[frame["implementation"] != "e3nn"])
+    without_e3nn = analysis.relative(frame[frame["implementation"] != "e3nn"])
     assert set(without_e3nn[without_e3nn["variant"] == "ir_mul"]["reference"]) == {
         "cuequivariance"}
     # The speedups that history and the dashboard's bars read agree.
-    joined = compare.speedups(frame)
+    joined = analysis.speedups(frame)
     native_joined = joined[joined["variant"] == "ir_mul"]
     assert len(native_joined) == 4
     assert np.allclose(native_joined["speedup"], 2.5, rtol=0.1)
@@ -381,7 +381,7 @@ def test_markdown_table_counts_and_escapes_pipes():
 def test_history_add_appends_and_replaces(base, tmp_path, capsys):
     path = tmp_path / "history.parquet"
     merged, added = history.add(base, path)
-    expected = len(compare.speedups(base))
+    expected = len(analysis.speedups(base))
     assert added == expected and len(merged) == expected
     assert set(merged["implementation"]) == {"cuequivariance", "openequivariance"}
     ratio = merged[(merged["implementation"] == "cuequivariance")]["speedup"]

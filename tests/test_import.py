@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from equibench import cli_reports, compare, pytest_benchmark_import, results
+from equibench import analysis, cli_reports, compare, pytest_benchmark_import, results
 
 SAMPLES = [0.010, 0.011, 0.012, 0.010, 0.013, 0.011]
 
@@ -85,7 +85,7 @@ def test_imported_rows_work_with_compare(tmp_path):
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(_document()))
     frame = pytest_benchmark_import.read(path).frame
-    (speedup,) = compare.speedups(frame)["speedup"]
+    (speedup,) = analysis.speedups(frame)["speedup"]
     assert speedup == pytest.approx(0.5)
     assert all(c.verdict == "unchanged" for c in compare.compare(frame, frame))
 
