@@ -17,7 +17,7 @@ import torch
 
 from equibench import registry
 from equibench.cases import Case
-from equibench.correctness import compare
+from equibench.correctness import check_outputs
 from equibench.levels.tp import build_bench
 from equibench.precision import get_precision, precision_mode
 
@@ -54,7 +54,7 @@ def test_tensor_product(benchmark, device: str, batch: int, workload: str, imple
     precision = get_precision(PRECISION)
     with precision_mode(precision):
         bench = build_bench(case, impl, precision.dtype, seed=0)
-        gate = compare(bench.gated(bench.call()), bench.reference(), precision.tolerance)
+        gate = check_outputs(bench.gated(bench.call()), bench.reference(), precision.tolerance)
         assert gate.passed, gate.message
         benchmark.group = f"{workload} {direction} b={batch}"
         benchmark.extra_info.update(

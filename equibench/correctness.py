@@ -70,7 +70,7 @@ def _invalid(tolerance: float, why: str) -> GateResult:
     return GateResult(INCORRECT, float("inf"), float("inf"), tolerance, why)
 
 
-def compare(
+def check_outputs(
     outputs: Mapping[str, torch.Tensor],
     reference: Mapping[str, torch.Tensor],
     tolerance: float,

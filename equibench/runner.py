@@ -56,7 +56,7 @@ from equibench.correctness import (
     UNVERIFIABLE,
     GateResult,
     check_dtypes,
-    compare,
+    check_outputs,
 )
 from equibench.environment import capture
 from equibench.files import atomic_write
@@ -330,8 +330,8 @@ def gate_outputs(bench: Bench, outputs: dict, precision: Precision,
     with the reference at its own scale (see :mod:`equibench.correctness`)."""
     if wrong := check_dtypes(outputs, precision.output_dtypes):
         return GateResult(INCORRECT, math.inf, math.inf, precision.tolerance, wrong)
-    return compare(bench.gated(outputs), _reference(bench, directory), precision.tolerance,
-                   floors=bench.floors, low_precision=precision.low)
+    return check_outputs(bench.gated(outputs), _reference(bench, directory),
+                         precision.tolerance, floors=bench.floors, low_precision=precision.low)
 
 
 def _reference(bench: Bench, directory: str) -> dict:

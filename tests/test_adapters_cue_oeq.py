@@ -16,7 +16,7 @@ from settings_for_tests import ONE_REPEAT
 
 from equibench.cases import Case
 from equibench.convolution import gather_tp_scatter
-from equibench.correctness import compare
+from equibench.correctness import check_outputs
 from equibench.levels.directions import directional_call
 from equibench.precision import get_precision
 from equibench.registry import get
@@ -81,7 +81,7 @@ def test_cue_conv_leaves_nodes_without_edges_zero(direction: str):
 
     out = call(get("cuequivariance").build_conv(problem, torch.float64, "cpu"))
     reference = functools.partial(gather_tp_scatter, problem.e3nn_module(torch.float64))
-    gate = compare(out, call(reference), get_precision("float64").tolerance)
+    gate = check_outputs(out, call(reference), get_precision("float64").tolerance)
     assert gate.passed, gate.message
     if direction == "forward":
         assert not out["out"][num_nodes - 1].any()

@@ -182,15 +182,15 @@ def test_a_wrong_forward_output_fails_the_gate_of_every_direction(direction):
 
 
 def test_a_non_finite_reference_is_an_error_not_a_pass():
-    from equibench.correctness import NonFiniteReference, compare
+    from equibench.correctness import NonFiniteReference, check_outputs
     from equibench.runner import _failed
 
     out = {"out": torch.zeros(3, dtype=torch.float64)}
     reference = {"out": torch.tensor([0.0, float("nan"), 0.0], dtype=torch.float64)}
     with pytest.raises(NonFiniteReference, match="not finite"):
-        compare(out, reference, 1e-9)
+        check_outputs(out, reference, 1e-9)
     try:
-        compare(out, reference, 1e-9)
+        check_outputs(out, reference, 1e-9)
     except NonFiniteReference as err:
         row = _failed({}, err)
     assert row["status"] == "error" and "not finite" in row["reason"]
