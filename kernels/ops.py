@@ -76,7 +76,7 @@ def kernels(key: str, backend: str) -> Kernels:
 
         return cpu_kernels(desc)
     if backend == "triton":
-        from .triton_tp import triton_kernels
+        from .tp_triton import triton_kernels
 
         return triton_kernels(desc)
     raise KernelUnavailable(f"unknown backend {backend!r}; choose one of {BACKENDS}")

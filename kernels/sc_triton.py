@@ -24,7 +24,7 @@ from .cpu_build import cache_root
 from .errors import KernelUnavailable
 from .straight_line import Load, Statement, Sum, arrays
 from .symmetric_contraction import SymmetricContractionDescriptor
-from .triton_tp import _require_triton
+from .tp_triton import _require_triton
 
 # Channel blocks and warps the autotuner tries on a GPU (the interpreter runs the first).
 BLOCK_CHANNELS = (32, 64, 128)

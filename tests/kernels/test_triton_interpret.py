@@ -25,7 +25,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 if not torch.cuda.is_available() and not INTERPRET:
     pytest.skip("no GPU and the Triton interpreter is off", allow_module_level=True)
 
-from equibench.kernels.triton_tp import triton_kernels  # noqa: E402
+from equibench.kernels.tp_triton import triton_kernels  # noqa: E402
 
 DEVICE = "cpu" if INTERPRET else "cuda"
 
@@ -58,7 +58,7 @@ def test_autotuning_trials_leave_the_outputs_as_one_launch_would(monkeypatch) ->
     Here the interpreter stands in for the GPU and a stand-in timer makes each trial run
     twice and ranks the configurations in the order tried (the first, 8 rows per program,
     not the default 16, wins)."""
-    from equibench.kernels import triton_tp
+    from equibench.kernels import tp_triton
 
     trials = []
 
@@ -71,13 +71,13 @@ def test_autotuning_trials_leave_the_outputs_as_one_launch_would(monkeypatch) ->
     def fitting(configs, named_args, **kwargs):
         return [c for c in configs if c.kwargs["BZ"] * kwargs["BU"] <= 4096][:3]
 
-    for kernel in (triton_tp._fwd, triton_tp._bwd_x, triton_tp._bwd_y, triton_tp._bwd_w):
+    for kernel in (tp_triton._fwd, tp_triton._bwd_x, tp_triton._bwd_y, tp_triton._bwd_w):
         monkeypatch.setattr(kernel, "early_config_prune", fitting)
         monkeypatch.setitem(kernel.__dict__, "do_bench", bench)
         monkeypatch.setattr(kernel, "cache", {})
     _check_conv()
     assert len(trials) >= 3 * 4  # three configurations of each kernel were tried
-    assert all(config.kwargs["BZ"] == 8 for kernel in (triton_tp._fwd, triton_tp._bwd_w)
+    assert all(config.kwargs["BZ"] == 8 for kernel in (tp_triton._fwd, tp_triton._bwd_w)
                for config in kernel.cache.values())
 
 
