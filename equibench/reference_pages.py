@@ -245,7 +245,9 @@ def workloads_page() -> str:
         "## Implementations (levels `tp`, `conv`)\n\n",
         _table(["name", "levels", "what", "variants"], impl_rows),
         "\n## Model families (levels `model`, `md`)\n\n",
-        "The case's `implementation` is the backend, its `variant` the model's options.\n\n",
+        "The case's `implementation` is the backend, its `variant` the model's options "
+        "([Models](../models.md) says what each is; the SE(3)-Transformer's `low_memory`, "
+        "one switch on `plain`, is not `low-memory`, NVIDIA's mode).\n\n",
         _table(["family", "workloads", "backends", "variants", "directions"], family_rows),
         f"\n## Tensor-product workloads ({len(tp_rows)})\n\n",
         "Level `tp`; at level `conv` a workload is `<tp workload>@<graph>`.\n\n",

@@ -11,7 +11,9 @@ NeurIPS 2020:
 - ``plain``: every optimization off, no habits (the base the single-switch variants
   start from).
 - one variant per switch on top of ``plain``: ``fuse_kv``, ``fuse-partial``,
-  ``fuse-full``, ``basis_cache``, ``shared_radial``, ``low_memory``.
+  ``fuse-full``, ``basis_cache``, ``shared_radial``, ``low_memory``. These take the
+  switch's own name, underscores included: ``low_memory`` (underscore) is the
+  checkpointing switch alone on ``plain``, not NVIDIA's ``low-memory`` mode below.
 - ``optimized``: every optimization of a training step on (fully fused convolutions, fused
   key/value, shared radial profile, low-memory checkpointing; bases computed once per step
   and shared by the layers, as every variant does). Under checkpointing the step keeps the
@@ -19,8 +21,10 @@ NeurIPS 2020:
   (``basis.compute_bases(fuse=False)``): the zero-padded fused bases are never held whole.
 - ``nvidia-default``: NVIDIA's default recipe, every optimization on except low-memory
   mode; what NVIDIA's published "optimized" figures measure (the claims use it).
-- ``low-memory``: NVIDIA's low-memory mode: ``nvidia-default`` with activation
-  checkpointing of each convolution and no fused bases (``fuse_level="none"``).
+- ``low-memory`` (hyphen): NVIDIA's low-memory mode: ``nvidia-default`` with activation
+  checkpointing of each convolution and no fused bases (``fuse_level="none"``). Not the
+  single-switch ``low_memory`` (underscore) above, which keeps ``plain``'s every other
+  setting. Both names are in published result rows, so neither is renamed.
 - ``nvidia-precompute``: ``nvidia-default`` with NVIDIA's ``--precompute_bases``: the edge
   bases are computed once per batch of molecules, outside the timed step, and kept.
 
@@ -99,6 +103,9 @@ PLAIN = Switches()
 NVIDIA_DEFAULT = Switches(fuse_kv=True, fuse_level="full", shared_radial=True)
 OPTIMIZED = replace(NVIDIA_DEFAULT, low_memory=True)
 
+# Single-switch variants are named after their switch (underscores); NVIDIA's recipes and
+# the fusion levels use hyphens. Mind ``low_memory`` (the switch on plain) against
+# ``low-memory`` (NVIDIA's mode, on nvidia-default): see the module docstring.
 VARIANTS: dict[str, Switches] = {
     "baseline": Switches(materialize_kernels=True, mean_aggregation=True),
     "plain": PLAIN,
