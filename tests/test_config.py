@@ -1,6 +1,6 @@
 import pytest
 
-from equibench import config
+from equibench import config, schema, vocabulary
 
 
 def test_presets_validate():
@@ -16,6 +16,13 @@ def test_a_preset_file_resolves_as_that_preset():
     for preset in ("quick", "full", "claims", "dgl"):
         assert config.load(config.CONFIG_DIR / f"{preset}.yaml") == config.resolve(
             {"preset": preset})
+
+
+def test_the_schema_names_the_vocabulary_levels_and_directions():
+    """schema.yaml lists them for editors and the config page; they are the vocabulary's."""
+    suite = schema._schema()["properties"]["suites"]["items"]["properties"]
+    assert tuple(suite["level"]["enum"]) == vocabulary.LEVELS
+    assert tuple(suite["directions"]["items"]["enum"]) == vocabulary.DIRECTIONS
 
 
 def test_unknown_key_is_named():
