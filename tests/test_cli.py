@@ -130,6 +130,7 @@ def test_an_internal_error_exits_3_not_1_which_means_a_regression(monkeypatch, t
     assert "RuntimeError: a bug" in err and "internal error" in err
 
 
+@pytest.mark.slow
 def test_run_show_roundtrip(tmp_path):
     out = tmp_path / "r.parquet"
     cmd = [sys.executable, "-m", "equibench.cli", "run", "--workload", "nequip-water",

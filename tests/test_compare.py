@@ -306,6 +306,7 @@ def test_memory_compares_live_tensor_bytes_else_the_resident_set(base):
     assert flagged and {c.metric for c in flagged} == {"peak memory"}
 
 
+@pytest.mark.slow
 def test_a_gate_factor_fails_large_changes_and_reports_smaller_ones(base, tmp_path, capsys):
     """``memory:2``: memory regressions from 2x fail, those between the threshold and 2x are
     reported (CI's gate on this VM, whose peak memory moved up to 1.36x between runs)."""
@@ -340,6 +341,7 @@ def test_a_gate_factor_fails_large_changes_and_reports_smaller_ones(base, tmp_pa
         compare.compare(base, base, threshold=1.5, gate={"memory": 1.2})
 
 
+@pytest.mark.slow
 def test_compare_cli_exit_status_and_table(base, tmp_path, capsys):
     results.write_atomic(base, tmp_path / "base.parquet")
     results.write_atomic(_slow_down(base, "cuequivariance", 1.5), tmp_path / "slow.parquet")

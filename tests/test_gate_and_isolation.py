@@ -57,6 +57,7 @@ def test_unavailable_and_unsupported_precision_say_why():
     assert row["status"] == "unavailable" and "GPU" in row["reason"]
 
 
+@pytest.mark.slow
 def test_crash_and_oom_are_recorded_and_the_sweep_goes_on(tmp_path):
     cases = [case("test-crash"), case("test-oom"), case("e3nn"), case("test-wrong")]
     frame = run_cases(cases, SETTINGS, tmp_path / "r.parquet", progress=False)

@@ -173,7 +173,7 @@ class DropWeightCotangent(Implementation):
 @pytest.mark.parametrize("level,workload,precision", [
     ("tp", "nequip-benzene-1parity", "float32"),
     ("tp", "nequip-benzene-1parity", "float64"),
-    ("conv", "nequip-benzene-1parity@carbon", "float32"),
+    pytest.param("conv", "nequip-benzene-1parity@carbon", "float32", marks=pytest.mark.slow),
 ])
 def test_a_double_backward_that_drops_the_weight_cotangent_is_incorrect(level, workload,
                                                                          precision):

@@ -28,6 +28,9 @@ if CHROMIUM is None or CHROMEDRIVER is None:
 
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+# A headless browser per module: seconds to start and to draw every page.
+pytestmark = pytest.mark.slow
+
 # True once every Plotly div holds the SVG Plotly draws into (a failed plot leaves it empty).
 ALL_DRAWN = """
 const divs = Array.from(document.querySelectorAll('div.plotly-graph-div'));

@@ -170,6 +170,7 @@ def test_values_and_units(qm9_fixture):
     assert not data.metadata["synthetic"] and not data.metadata["periodic"]
 
 
+@pytest.mark.slow
 def test_qm9pack_holds_the_characterized_molecules_in_index_order():
     records = read_qm9pack()
     assert records.index.shape[0] == N_CHARACTERIZED == 130_831

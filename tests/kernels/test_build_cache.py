@@ -57,6 +57,7 @@ def test_a_build_leaves_the_flags_that_name_the_next(tmp_path: Path) -> None:
     assert cpu_build.LDFLAGS == before
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_killed_build_does_not_hang_the_next(tmp_path: Path) -> None:
     """torch's load() waits without limit while its ``lock`` file exists; a build killed
     midway leaves one. The next build, the only one holding the directory, removes it."""

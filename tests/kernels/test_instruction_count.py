@@ -43,6 +43,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("kernel-cache")
 
 
+@pytest.mark.slow
 @needs_valgrind
 def test_count_is_identical_across_runs_and_rebuilds(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
