@@ -32,8 +32,7 @@ descriptor's hash (which includes the generator's version): a side whose generat
 differs builds and loads its own library, and only byte-identical code is shared. Each case
 process reports the kernel libraries it mapped; the stage prints how many both sides
 shared and how many each side loaded alone. A separate cache per side would compile
-everything again, and the tests before this stage in CI have built the head's: the ``oeq``
-model's symmetric contraction alone takes minutes to compile here.
+everything again, when the tests before this stage in CI have built the head's.
 
 Needs Python 3.11+ (``tomllib`` reads each tree's package layout from its pyproject).
 
