@@ -77,7 +77,7 @@ class LevelDefaults:
 
 # Sized so that one timed call takes about 0.1-1 s on a 2-core CPU and that a run of two
 # implementations given nothing but a workload ends within a couple of minutes (fused's
-# first kernel build aside, which its cache keeps), measured on a shared 2-vCPU AMD EPYC.
+# first kernel build aside, which its cache keeps).
 LEVEL_DEFAULTS = {
     # Tensor products per call: milliseconds at 1,024; their numbers come from many calls,
     # so the schema's budget.
@@ -86,10 +86,9 @@ LEVEL_DEFAULTS = {
     "conv": LevelDefaults("forward", 8, "default", 3.0),
     # Structures per inference call.
     "model": LevelDefaults("inference", 4, "default", 3.0),
-    # MD steps per call, for a structure the CLI cannot read (else levels.md.default_steps:
-    # MD_ATOM_STEPS_PER_CALL atom-steps).
     # The small MACE: one step of the default (OpenEquivariance-size) model on 64 atoms of
-    # diamond took 16 s with e3nn here, its first call 86 s.
+    # diamond took 16 s with e3nn. The batch is the fallback for a structure the CLI cannot
+    # read; else levels.md.default_steps gives MD_ATOM_STEPS_PER_CALL atom-steps.
     "md": LevelDefaults("nve", 1, "small", 3.0),
 }
 # At md the default step count is sized by the structure: a call of this many atom-steps

@@ -15,7 +15,7 @@ from equibench import config as config_mod
 from equibench import run_ids
 from equibench.cases import LEVEL_DEFAULTS, MD_ATOM_STEPS_PER_CALL, expand
 from equibench.devices import require
-from equibench.vocabulary import DIRECTIONS, LEVELS
+from equibench.vocabulary import DIRECTIONS, LEVEL_INFO, LEVELS
 
 if TYPE_CHECKING:
     from equibench.custom_workloads import CustomWorkload
@@ -420,8 +420,10 @@ def build_parser() -> argparse.ArgumentParser:
     by_level = "; ".join(f"{name} {d.batch}" for name, d in LEVEL_DEFAULTS.items()
                          if name != "md")
     p.add_argument("--batch", type=_ints,
-                   help="the work of one timed call: tensor products (tp), graphs (conv), "
-                        "structures (model) or MD steps (md), e.g. 256,1024 (default by "
+                   help="the work of one timed call: "
+                        + ", ".join(f"{info.batch_unit} ({name})"
+                                    for name, info in LEVEL_INFO.items())
+                        + ", e.g. 256,1024 (default by "
                         f"level: {by_level}; md {MD_ATOM_STEPS_PER_CALL} atom-steps, e.g. "
                         "4 steps of 64 atoms, 32 of 8)")
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")

@@ -470,7 +470,7 @@ class _Worker:
             self.row = {**case, "status": "error", "reason": f"case process crashed ({name})"}
 
 
-def case_label(case: Case) -> str:
+def series_name(case: Case) -> str:
     """The implementation of a case, with its variant where it has one, e.g. ``fused`` or
     ``e3nn[small]``: what tells the cases of one comparison group apart."""
     return (case.implementation if case.variant == "default"
@@ -631,7 +631,7 @@ def _run_groups(groups: dict[tuple, list[Case]], settings: RunSettings, ctx: Any
 
         def show(case: Case, phase: str, about: str = about) -> None:
             # The phase first: a narrow terminal cuts the line's end.
-            bar.set_postfix_str(f"{case_label(case)}: {phase} | {about}")
+            bar.set_postfix_str(f"{series_name(case)}: {phase} | {about}")
 
         skipped = [growth.skipped(c) for c in group] if growth else [None] * len(group)
         running = [c for c, row in zip(group, skipped, strict=True) if row is None]
