@@ -511,9 +511,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", action="store_true", help="print the benchmark jobs instead")
     p.set_defaults(func=cmd_config)
 
+    from equibench.cli_gpu import add_parsers as add_gpu_commands
     from equibench.cli_reports import add_parsers as add_report_commands
 
     add_report_commands(sub)
+    add_gpu_commands(sub)
     try:
         from equibench.datasets.cli import add_parser as add_datasets
     except ImportError:

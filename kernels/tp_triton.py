@@ -31,6 +31,7 @@ from torch import Tensor
 from .descriptor import TPDescriptor
 from .errors import KernelUnavailable
 from .graph import ConvPlan
+from .launch import Launch, Record
 
 try:
     import triton
@@ -132,13 +133,16 @@ def _ordered(
 
 
 # Rows per program (BZ) and warps tried on a GPU, per problem size and dtype: more rows
-# per program reuse a slot's table entries more, fewer give more programs. BZ x BU (the
-# padded multiplicity) stays within 4096 elements, the accumulator's register budget. The
-# interpreter (CPU tests, TRITON_INTERPRET=1) runs the default alone: there is no GPU time
-# to tune on.
+# per program reuse a slot's table entries more, fewer give more programs. The (BZ, BU)
+# accumulator (BU: the padded multiplicity) holds one element per thread: compiled for
+# sm_80/sm_90/sm_100 (``equibench gpu-compile``, docs/design-decisions.md), four or more
+# spilled in a third of the quick preset's kernels and left 12-38% occupancy, two spilled
+# in 6 of 492 (sm_80), one never did and kept 62-100%. The interpreter (CPU tests,
+# TRITON_INTERPRET=1) runs the default alone: there is no GPU time to tune on.
 DEFAULT_BLOCK_ROWS = 16
-_BLOCK_ROWS = (8, 16, 32, 64, 128)
+_BLOCK_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
 _WARPS = (2, 4, 8)
+_PER_THREAD = (1,)
 _MAX_BLOCK = 4096
 
 
@@ -147,15 +151,21 @@ def default_block_rows(bu: int) -> int:
 
 
 def _prune(configs: list, named_args: dict, **kwargs) -> list:
-    """The configurations that fit the register budget; under the interpreter, or where
-    none fits, the default alone."""
+    """The configurations that give each thread :data:`_PER_THREAD` accumulator elements;
+    under the interpreter, or where none does, the default alone."""
     bu = kwargs["BU"]
-    fits = [c for c in configs if c.kwargs["BZ"] * bu <= _MAX_BLOCK]
+    fits = [c for c in configs
+            if c.kwargs["BZ"] * bu in {32 * c.num_warps * k for k in _PER_THREAD}]
     if os.environ.get("TRITON_INTERPRET") == "1" or not fits:
         return [triton.Config({"BZ": default_block_rows(bu)}, num_warps=4)]
     return fits
 
 
+# The kernels are not specialized on the row count ``B`` or the row strides (Triton would
+# otherwise compile one binary per pattern of ``% 16 == 0`` among them): the addresses
+# stride over channels by table entries, so no load vectorizes on a row stride's alignment
+# anyway. A new batch size or descriptor of the same block shape reuses the binary, and the
+# GPU compile check (:mod:`.gpu_compile`) has fewer, exact binaries to compile.
 def _autotuned(written: str):
     """Autotune a kernel over :data:`_BLOCK_ROWS` x :data:`_WARPS`, keyed on the problem's
     dimensions and whether it gathers (a convolution) or not; ``written``, the output it
@@ -177,10 +187,10 @@ def _autotuned(written: str):
 if triton is not None:
 
     @_autotuned("out_ptr")
-    @triton.jit
+    @triton.jit(do_not_specialize=["B", "XD", "YD", "WD", "OD", "SKIP_UNW"])
     def _fwd(x_ptr, y_ptr, w_ptr, out_ptr, xi_ptr, oi_ptr, ptr, slots,
              mode_t, hw_t, xb_t, dx_t, mul1_t, yc_t, wb_t, wu_t, coef_t,
-             B, XD, YD, WD, OD, GATHER: tl.constexpr, SKIP_UNW: tl.constexpr,
+             B, XD, YD, WD, OD, SKIP_UNW, GATHER: tl.constexpr,
              BZ: tl.constexpr, BU: tl.constexpr):  # fmt: skip
         z = tl.program_id(0) * BZ + tl.arange(0, BZ)
         s = tl.program_id(1)
@@ -199,15 +209,14 @@ if triton is not None:
         m2 = zm[:, None] & (u < mul3)[None, :]
         acc = tl.zeros((BZ, BU), dtype=out_ptr.dtype.element_ty)
         for e in range(tl.load(ptr + s), tl.load(ptr + s + 1)):
-            c = tl.load(coef_t + e)
-            if SKIP_UNW:
-                # the weights are a cotangent: paths without weights do not depend on them
-                c = c * (tl.load(hw_t + e) != 0).to(c.dtype)
+            hw = tl.load(hw_t + e)
+            # SKIP_UNW: the weights are a cotangent, and paths without weights do not
+            # depend on them
+            c = tl.where((hw != 0) | (SKIP_UNW == 0), tl.load(coef_t + e), 0.0)
             xb = tl.load(xb_t + e)
             dx = tl.load(dx_t + e)
             wb = tl.load(wb_t + e)
             wu = tl.load(wu_t + e)
-            hw = tl.load(hw_t + e)
             yv = c * tl.load(y_ptr + z64 * YD + tl.load(yc_t + e), mask=zm, other=0.0)
             if tl.load(mode_t + e) == 0:
                 xv = tl.load(x_ptr + xr[:, None] * XD + xb + u[None, :] * dx, mask=m2, other=0.0)
@@ -227,10 +236,10 @@ if triton is not None:
             tl.store(optr, acc, mask=m2)
 
     @_autotuned("gx_ptr")
-    @triton.jit
+    @triton.jit(do_not_specialize=["B", "XD", "YD", "WD", "OD", "SKIP_UNW"])
     def _bwd_x(g_ptr, y_ptr, w_ptr, gx_ptr, xi_ptr, gi_ptr, ptr, slots,
                mode_t, hw_t, yc_t, ob_t, do_t, mul3_t, wb_t, wu_t, coef_t,
-               B, XD, YD, WD, OD, GATHER: tl.constexpr, SKIP_UNW: tl.constexpr,
+               B, XD, YD, WD, OD, SKIP_UNW, GATHER: tl.constexpr,
                BZ: tl.constexpr, BU: tl.constexpr):  # fmt: skip
         z = tl.program_id(0) * BZ + tl.arange(0, BZ)
         s = tl.program_id(1)
@@ -249,15 +258,14 @@ if triton is not None:
         m2 = zm[:, None] & (u < mul1)[None, :]
         acc = tl.zeros((BZ, BU), dtype=gx_ptr.dtype.element_ty)
         for e in range(tl.load(ptr + s), tl.load(ptr + s + 1)):
-            c = tl.load(coef_t + e)
-            if SKIP_UNW:
-                # the weights are a cotangent: paths without weights do not depend on them
-                c = c * (tl.load(hw_t + e) != 0).to(c.dtype)
+            hw = tl.load(hw_t + e)
+            # SKIP_UNW: the weights are a cotangent, and paths without weights do not
+            # depend on them
+            c = tl.where((hw != 0) | (SKIP_UNW == 0), tl.load(coef_t + e), 0.0)
             ob = tl.load(ob_t + e)
             od = tl.load(do_t + e)
             wb = tl.load(wb_t + e)
             wu = tl.load(wu_t + e)
-            hw = tl.load(hw_t + e)
             yv = c * tl.load(y_ptr + z64 * YD + tl.load(yc_t + e), mask=zm, other=0.0)
             if tl.load(mode_t + e) == 0:
                 gv = tl.load(g_ptr + gr[:, None] * OD + ob + u[None, :] * od, mask=m2, other=0.0)
@@ -277,10 +285,10 @@ if triton is not None:
             tl.store(optr, acc, mask=m2)
 
     @_autotuned("gy_ptr")
-    @triton.jit
+    @triton.jit(do_not_specialize=["B", "XD", "YD", "WD", "OD", "SKIP_UNW"])
     def _bwd_y(x_ptr, g_ptr, w_ptr, gy_ptr, xi_ptr, gi_ptr, ptr,
                mode_t, hw_t, xb_t, dx_t, mul1_t, ob_t, do_t, mul3_t, wb_t, wu_t, coef_t,
-               B, XD, YD, WD, OD, GATHER: tl.constexpr, SKIP_UNW: tl.constexpr,
+               B, XD, YD, WD, OD, SKIP_UNW, GATHER: tl.constexpr,
                BZ: tl.constexpr, BU: tl.constexpr):  # fmt: skip
         z = tl.program_id(0) * BZ + tl.arange(0, BZ)
         s = tl.program_id(1)
@@ -295,10 +303,10 @@ if triton is not None:
         u = tl.arange(0, BU)
         acc = tl.zeros((BZ,), dtype=gy_ptr.dtype.element_ty)
         for e in range(tl.load(ptr + s), tl.load(ptr + s + 1)):
-            c = tl.load(coef_t + e)
-            if SKIP_UNW:
-                # the weights are a cotangent: paths without weights do not depend on them
-                c = c * (tl.load(hw_t + e) != 0).to(c.dtype)
+            hw = tl.load(hw_t + e)
+            # SKIP_UNW: the weights are a cotangent, and paths without weights do not
+            # depend on them
+            c = tl.where((hw != 0) | (SKIP_UNW == 0), tl.load(coef_t + e), 0.0)
             xb = tl.load(xb_t + e)
             dx = tl.load(dx_t + e)
             ob = tl.load(ob_t + e)
@@ -307,7 +315,6 @@ if triton is not None:
             mul3 = tl.load(mul3_t + e)
             wb = tl.load(wb_t + e)
             wu = tl.load(wu_t + e)
-            hw = tl.load(hw_t + e)
             if tl.load(mode_t + e) == 0:
                 m2 = zm[:, None] & (u < mul1)[None, :]
                 xv = tl.load(x_ptr + xr[:, None] * XD + xb + u[None, :] * dx, mask=m2, other=0.0)
@@ -326,7 +333,7 @@ if triton is not None:
         tl.store(gy_ptr + z64 * YD + s, acc, mask=zm)
 
     @_autotuned("gw_ptr")
-    @triton.jit
+    @triton.jit(do_not_specialize=["B", "XD", "YD", "WD", "OD"])
     def _bwd_w(x_ptr, y_ptr, g_ptr, gw_ptr, xi_ptr, gi_ptr, ptr, slots,
                xb_t, dx_t, yc_t, ob_t, do_t, coef_t,
                B, XD, YD, WD, OD,
@@ -377,10 +384,18 @@ if triton is not None:
 
 
 class TritonKernels:
-    """Triton implementation of the :class:`.ops.Kernels` interface for one descriptor."""
+    """Triton implementation of the :class:`.ops.Kernels` interface for one descriptor.
 
-    def __init__(self, desc: TPDescriptor) -> None:
-        _require_triton()
+    ``record``: hand every launch to it instead of running it (:mod:`.launch`; the GPU
+    compile check, which calls these methods with ``meta`` tensors on any machine).
+    """
+
+    def __init__(self, desc: TPDescriptor, record: Record | None = None) -> None:
+        if record is None:
+            _require_triton()
+        elif triton is None:
+            raise KernelUnavailable("triton is not installed (pip install triton)")
+        self.record = record
         self.desc = desc
         self.t = _Tables(desc)
         self.bu = triton.next_power_of_2(self.t.max_mul)
@@ -410,6 +425,12 @@ class TritonKernels:
         """The launch grid for the block size the autotuner picks."""
         return lambda meta: (triton.cdiv(rows, meta["BZ"]), slots)
 
+    def _launch(self, kernel, grid, *args, **constexprs) -> None:  # noqa: ANN001
+        if self.record is not None:
+            self.record(Launch(kernel, grid, args, constexprs))
+        else:
+            kernel[grid](*args, **constexprs)
+
     # ------------------------------------------------------------ launches
     # ``xi``/``gi``: row of x / of grad_out (or out) for each edge (convolution), or None.
     # ``wonly``: skip paths without weights (``w`` is a cotangent of the weights).
@@ -423,10 +444,10 @@ class TritonKernels:
             return
         tb = self._tables(x.device, x.dtype)
         ptr, c, coef = tb["out"]
-        _fwd[self._grid(rows, nslots)](
-            x, y, w, out, xi, oi, ptr, tb["out_slots"],
+        self._launch(
+            _fwd, self._grid(rows, nslots), x, y, w, out, xi, oi, ptr, tb["out_slots"],
             c["mode"], c["hw"], c["xb"], c["dx"], c["mul1"], c["yc"], c["wb"], c["wu"], coef,
-            *self._dims(rows), GATHER=xi is not None, SKIP_UNW=wonly, BU=self.bu,
+            *self._dims(rows), int(wonly), GATHER=xi is not None, BU=self.bu,
         )  # fmt: skip
 
     def _launch_bwd(
@@ -442,22 +463,25 @@ class TritonKernels:
         flags = dict(GATHER=xi is not None, BU=self.bu)
         if gx is not None and self.t.x_slots.shape[0]:
             ptr, c, coef = tb["x"]
-            _bwd_x[self._grid(rows, self.t.x_slots.shape[0])](
+            self._launch(
+                _bwd_x, self._grid(rows, self.t.x_slots.shape[0]),
                 g, y, w, gx, xi, gi, ptr, tb["x_slots"],
                 c["mode"], c["hw"], c["yc"], c["ob"], c["do"], c["mul3"], c["wb"], c["wu"], coef,
-                *dims, SKIP_UNW=wonly, **flags,
+                *dims, int(wonly), **flags,
             )  # fmt: skip
         if gy is not None and self.desc.in2_dim:
             ptr, c, coef = tb["y"]
-            _bwd_y[self._grid(rows, self.desc.in2_dim)](
+            self._launch(
+                _bwd_y, self._grid(rows, self.desc.in2_dim),
                 x, g, w, gy, xi, gi, ptr,
                 c["mode"], c["hw"], c["xb"], c["dx"], c["mul1"], c["ob"], c["do"], c["mul3"],
                 c["wb"], c["wu"], coef,
-                *dims, SKIP_UNW=wonly, **flags,
+                *dims, int(wonly), **flags,
             )  # fmt: skip
         if gw is not None and self.t.w_slots.shape[0]:
             ptr, c, coef = tb["w"]
-            _bwd_w[self._grid(rows, self.t.w_slots.shape[0])](
+            self._launch(
+                _bwd_w, self._grid(rows, self.t.w_slots.shape[0]),
                 x, y, g, gw, xi, gi, ptr, tb["w_slots"],
                 c["xb"], c["dx"], c["yc"], c["ob"], c["do"], coef,
                 *dims, **flags,

@@ -93,11 +93,12 @@ def test_kernels_match_autograd_of_the_formula(backend: str, channels: int) -> N
                    for rows in (DESC.num_features, DESC.num_paths, DESC.out_dim))
 
     def derivatives(function):
-        xx, ww = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        xx, ww, gg = (t.clone().requires_grad_(True) for t in (x, w, probe))
         out = function(xx, ww)
-        gx, gw = torch.autograd.grad((out * probe).sum(), (xx, ww), create_graph=True)
+        gx, gw = torch.autograd.grad((out * gg).sum(), (xx, ww), create_graph=True)
+        # the double backward's three outputs: in x, w and the cotangent g
         return [out, gx, gw, *torch.autograd.grad(gx.square().sum() + (gw * ww).sum(),
-                                                  (xx, ww))]
+                                                  (xx, ww, gg))]
 
     try:
         got = derivatives(lambda x, w: sc_fwd(x, w, key, backend))

@@ -56,7 +56,7 @@ def test_autotuning_trials_leave_the_outputs_as_one_launch_would(monkeypatch) ->
     """On a GPU the autotuner runs each configuration on the real buffers, and the
     convolutions add into theirs atomically: every trial must be undone (restore_value).
     Here the interpreter stands in for the GPU and a stand-in timer makes each trial run
-    twice and ranks the configurations in the order tried (the first, 8 rows per program,
+    twice and ranks the configurations in the order tried (the first, 1 row per program,
     not the default 16, wins)."""
     from equibench.kernels import tp_triton
 
@@ -77,7 +77,7 @@ def test_autotuning_trials_leave_the_outputs_as_one_launch_would(monkeypatch) ->
         monkeypatch.setattr(kernel, "cache", {})
     _check_conv()
     assert len(trials) >= 3 * 4  # three configurations of each kernel were tried
-    assert all(config.kwargs["BZ"] == 8 for kernel in (tp_triton._fwd, tp_triton._bwd_w)
+    assert all(config.kwargs["BZ"] == 1 for kernel in (tp_triton._fwd, tp_triton._bwd_w)
                for config in kernel.cache.values())
 
 
