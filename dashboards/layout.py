@@ -58,6 +58,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("roofline.html", "Roofline", "Roofline"),
     PageSpec("memory.html", "Memory", "Peak memory"),
     PageSpec("history.html", "History", "History across commits"),
+    PageSpec("gpu-kernels.html", "GPU kernels", "GPU kernels (compiled, not run)"),
 )
 
 

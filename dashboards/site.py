@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-from equibench.dashboards import figures, headline, md, overview
+from equibench.dashboards import figures, gpu_kernels, headline, md, overview
 from equibench.dashboards.figures import Chart, SeriesColors
 from equibench.dashboards.layout import (
     PAGES,
@@ -282,13 +282,16 @@ def _intro(text: str) -> str:
 def write_site(frame: pd.DataFrame, out_dir: str | Path,
                history: pd.DataFrame | str | Path | None = None,
                claims: Sequence[claims_mod.Claim] | None = None,
-               machine_json: str | Path | None = None) -> Path:
+               machine_json: str | Path | None = None,
+               gpu_kernel_table: str | Path | None = None) -> Path:
     """Write the site into ``out_dir``; return the path of index.html.
 
     ``history``: a history table or its file (default: ``results/history.parquet``, two
     levels above ``out_dir``). ``claims``: the claims to check (default: the packaged
     claims.yaml). ``machine_json``: the machine probe for the roofline's peak lines
-    (default: ``machine.json`` beside ``out_dir``).
+    (default: ``machine.json`` beside ``out_dir``). ``gpu_kernel_table``: the table of
+    ``equibench gpu-compile`` (default: ``gpu-kernels.parquet`` beside ``out_dir``, else the
+    committed one).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -325,6 +328,8 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
                           for level in ("tp", "conv", "model")]],
         "history.html": [_intro("Added by <code>equibench history add RESULTS</code>."),
                          figures.history_lines(tracked, colors)],
+        "gpu-kernels.html": gpu_kernels.blocks(*gpu_kernels.load(gpu_kernel_table,
+                                                                 out.parent)),
     }
     specs: dict[str, PageSpec] = {p.file: p for p in PAGES}
     if any(has_figures(blocks) for blocks in pages.values()):

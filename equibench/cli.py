@@ -333,7 +333,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from equibench import results
     from equibench.dashboards.site import write_site
 
-    index = write_site(results.read(args.results), args.out)
+    index = write_site(results.read(args.results), args.out,
+                       gpu_kernel_table=args.gpu_kernels or None)
     print(f"dashboard: {index}")
     return 0
 
@@ -496,6 +497,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("dashboard", help="write the static dashboard site for a results table")
     p.add_argument("results", nargs="+")
     p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--gpu-kernels", default="",
+                   help="table of `equibench gpu-compile` for the GPU kernels page (default: "
+                        "gpu-kernels.parquet beside --out, else the committed "
+                        "results/baselines/gpu-kernels.parquet)")
     p.set_defaults(func=cmd_dashboard)
 
     p = sub.add_parser("probe", help="measure peak FLOP/s (matmul) and bandwidth (copy) for "

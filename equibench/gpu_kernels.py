@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 from equibench import config as configs
-from equibench import registry
+from equibench import environment, registry
 from equibench.cases import Case
 from equibench.precision import get_precision
 
@@ -49,7 +49,8 @@ DEPTH = {("tp", "forward"): 1, ("tp", "backward"): 2, ("tp", "double_backward"):
 COLUMNS = ("kernel", "op", "arch", "gpus", "dtype", "specialization", "block", "num_warps",
            "num_stages", "registers", "spill_stores", "spill_loads", "stack_bytes",
            "shared_bytes", "blocks_per_sm", "occupancy", "limiter", "problem", "error",
-           "grid", "compile_s", "presets", "suites", "workloads", "job")
+           "grid", "compile_s", "presets", "suites", "workloads", "job", "triton",
+           "git_commit", "created")
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,12 @@ def plan_jobs(sets: list[KernelSet], archs: list[str]) -> dict[str, JobInfo]:
     return todo
 
 
+def _triton_version() -> str:
+    import triton
+
+    return triton.__version__
+
+
 def _dtype(job: Any) -> str:
     return next((t[1:] for t in job.signature.values() if t.startswith("*fp")), "")
 
@@ -273,6 +280,9 @@ def table(todo: dict[str, JobInfo], results: dict) -> pd.DataFrame:
             "job": key,
         })
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    frame["triton"] = _triton_version()
+    frame["git_commit"] = environment.capture()["git_commit"]
+    frame["created"] = pd.Timestamp.now(tz="UTC").strftime("%Y-%m-%d %H:%M")
     return frame.sort_values(["kernel", "arch", "dtype", "specialization", "block",
                               "num_warps"], ignore_index=True)
 

@@ -428,10 +428,42 @@ def _instructions_section(path: Path) -> str:
     ])
 
 
+GPU_KERNELS = "gpu-kernels.parquet"  # equibench gpu-compile's table, not results
+
+
+def _gpu_kernels_section(path: Path) -> str:
+    import pandas as pd
+
+    from equibench.dashboards.gpu_kernels import summary
+
+    frame = pd.read_parquet(path)
+    facts = [("file", _code(path.relative_to(ROOT))),
+             ("commit", _distinct(frame["git_commit"])),
+             ("created (UTC)", _distinct(frame["created"])),
+             ("Triton", _distinct(frame["triton"])),
+             ("compilations", f"{len(frame)} (presets "
+                              f"{_distinct(p for ps in frame['presets'] for p in ps.split())})")]
+    rows = [(r.kernel, r.arch, r.gpus, r.dtype, r.configurations, r.registers, r.spilling,
+             r[7], r.occupancy) for r in summary(frame).itertuples(index=False)]
+    return "".join([
+        f"## `{path.name}`\n\n",
+        "Our Triton kernels compiled for NVIDIA GPUs on a machine without one "
+        "(`equibench gpu-compile`; [GPUs](../gpu.md#kernels-compiled-without-a-gpu)): "
+        "compiler figures, never a GPU measurement.\n\n",
+        _table(["", ""], facts), "\n",
+        _table(["kernel", "arch", "GPUs", "dtype", "configurations", "registers",
+                "spilling", "compile errors", "occupancy"], rows,
+               ["l", "l", "l", "l", "r", "r", "r", "r", "r"]),
+    ])
+
+
 def measurements_page() -> str:
     sections = []
     for path in sorted(BASELINES.glob("*.parquet")):
-        sections.append(_results_section(path))
+        if path.name == GPU_KERNELS:
+            sections.append(_gpu_kernels_section(path))
+        else:
+            sections.append(_results_section(path))
     for path in sorted(BASELINES.glob("instructions*.json")):
         sections.append(_instructions_section(path))
     return "".join([

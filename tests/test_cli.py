@@ -15,7 +15,7 @@ from equibench.cli import PRECISION_NAMES, build_parser, main
 from equibench.precision import PRECISIONS
 
 SUBCOMMANDS = ["run", "sweep", "dgl-env", "show", "env", "list", "merge", "dashboard", "config",
-               "probe", "claims", "compare", "import", "history", "datasets"]
+               "probe", "claims", "compare", "import", "history", "datasets", "gpu-compile"]
 
 
 def test_every_subcommand_is_listed_here():

@@ -313,7 +313,8 @@ def test_empty_and_failed_tables_say_no_rows(tmp_path):
     failed = failed[failed["status"] != "ok"]
     for frame in (failed, results.to_frame([])):
         out = tmp_path / f"site{len(frame)}"
-        write_site(frame, out, history=pd.DataFrame())
+        write_site(frame, out, history=pd.DataFrame(),
+                   gpu_kernel_table=tmp_path / "no-gpu-compile-table.parquet")
         # Plotly's file only where a page loads it: the index's status chart.
         assert (out / PLOTLY_JS).exists() == (len(frame) > 0)
         for spec in PAGES:
@@ -508,3 +509,18 @@ def test_overview_leaves_out_failed_rows_and_marks_pairs_that_cannot_count():
     colors = SeriesColors.of_names(t.name for t in points)
     assert all(t.marker.color == colors(t.name) for t in points)
     assert "Only ok rows" in chart.note
+
+
+def test_the_gpu_kernels_page_shows_the_committed_compile_table(tmp_path):
+    """Without a table of the run's own, the page renders the committed one: a row per
+    kernel, architecture and dtype, and the occupancy figure, labelled compiled, not run."""
+    from equibench.dashboards.gpu_kernels import COMMITTED
+
+    write_site(synthetic_results(), tmp_path / "site", history=pd.DataFrame())
+    text = (tmp_path / "site" / "gpu-kernels.html").read_text()
+    assert "Compiled, not run" in text and "Plotly.newPlot(" in text
+    committed = pd.read_parquet(COMMITTED)
+    for kernel in committed["kernel"].unique():
+        assert kernel in text
+    csv = pd.read_csv(tmp_path / "site" / "gpu-kernels.csv")
+    assert len(csv) == len(committed) and set(csv["arch"]) >= {"sm_80", "sm_90"}
