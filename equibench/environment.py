@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 import platform
 import socket
@@ -60,7 +61,42 @@ def _nvidia_driver() -> str:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else ""
 
 
-def capture(device: str = "cpu") -> dict[str, str | int | bool]:
+# What nvidia-smi is asked of the case's GPU, beside its name: the clocks and power limit
+# that bound its speed, and MIG (a slice of a GPU is not the whole GPU).
+GPU_QUERY = ("clocks.sm", "clocks.max.sm", "power.limit", "mig.mode.current")
+
+
+def _nvidia_smi(index: int, fields: tuple[str, ...]) -> list[str]:
+    """``nvidia-smi``'s values of ``fields`` for GPU ``index``; [] where it does not run."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits",
+             "-i", str(index)], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    values = [v.strip() for v in lines[0].split(",")] if lines else []
+    return values if len(values) == len(fields) else []
+
+
+def gpu_state(device: str) -> dict[str, int | float | str]:
+    """The clocks, power limit and MIG mode of ``device`` (``cuda:N``), as result columns;
+    the blanks (-1, NaN, '') where nvidia-smi does not answer or says N/A."""
+    values = _nvidia_smi(int(device.partition(":")[2] or 0), GPU_QUERY)
+    sm, max_sm, power, mig = values or ["", "", "", ""]
+
+    def number(text: str, kind: type) -> int | float:
+        try:
+            return kind(float(text))
+        except ValueError:  # "[N/A]", "[Not Supported]", ""
+            return -1 if kind is int else math.nan
+
+    return {"gpu_clock_sm_mhz": number(sm, int), "gpu_clock_max_sm_mhz": number(max_sm, int),
+            "gpu_power_limit_w": number(power, float),
+            "gpu_mig_mode": "" if mig.startswith("[") else mig}
+
+
+def capture(device: str = "cpu") -> dict[str, str | int | float | bool]:
     """A flat dict of provenance fields, merged into every result row."""
     commit = _git("rev-parse", "HEAD")
     env: dict[str, str | int | bool] = {
@@ -77,6 +113,7 @@ def capture(device: str = "cpu") -> dict[str, str | int | bool]:
     if device.startswith("cuda") and torch.cuda.is_available():
         env["gpu_name"] = torch.cuda.get_device_name(torch.device(device))
         env["gpu_driver"] = _nvidia_driver()
+        env.update(gpu_state(device))
     for package in TRACKED_PACKAGES:
         env["version_" + package.replace("-", "_")] = package_version(package)
     return env

@@ -83,6 +83,11 @@ COLUMNS: tuple[Column, ...] = (
            "GPUs"),
     Column("gpu_name", "str", "GPU model ('' on CPU)"),
     Column("gpu_driver", "str", "NVIDIA driver version"),
+    Column("gpu_clock_sm_mhz", "int", "the GPU's SM clock when the row was captured (MHz, "
+           "nvidia-smi; -1 without one)"),
+    Column("gpu_clock_max_sm_mhz", "int", "the GPU's maximum SM clock (MHz; -1 without one)"),
+    Column("gpu_power_limit_w", "float", "the GPU's power limit (W; NaN without one)"),
+    Column("gpu_mig_mode", "str", "the GPU's MIG mode (Enabled, Disabled; '' without one)"),
     Column("cuda", "str", "CUDA version torch was built with"),
     Column("python", "str", "Python version"),
     Column("version_torch", "str", "torch version"),
@@ -100,7 +105,9 @@ COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 # history) reads with their defaults, the allocator taken from ``extra`` where it was kept
 # and the configuration's name from ``run_id`` (_fill_config_name).
 LATER_COLUMNS = ("round_times_s", "rounds_id", "disturbed", "cpu_allocator",
-                 "peak_tensor_bytes", "peak_tensor_method", "config_name")
+                 "peak_tensor_bytes", "peak_tensor_method", "config_name",
+                 "gpu_clock_sm_mhz", "gpu_clock_max_sm_mhz", "gpu_power_limit_w",
+                 "gpu_mig_mode")
 _DEFAULTS = {"str": "", "int": -1, "float": math.nan, "bool": False, "list": []}
 
 
