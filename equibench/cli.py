@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -181,11 +182,16 @@ def _batches(args: argparse.Namespace, workloads: list[str]) -> dict[str, list[i
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    require(args.device)
+    if args.dry_run:  # the device need not be here (a GPU run checked on a CPU)
+        if args.device != "cpu" and not re.fullmatch(r"cuda:\d+", args.device):
+            raise ValueError(f"device {args.device!r}: expected cpu or cuda:N (N = 0, 1, ...)")
+    else:
+        require(args.device)
     resolve_level_defaults(args)
-    # First, so that the server's imports overlap with ours (the name check imports the
-    # registry); it exits with this process if a name is unknown.
-    _start_fork_server(args)
+    if not args.dry_run:
+        # First, so that the server's imports overlap with ours (the name check imports the
+        # registry); it exits with this process if a name is unknown.
+        _start_fork_server(args)
     defined = _custom_workloads(args)
     # At level tp the --tp workloads are what runs unless --workload says otherwise; a conv
     # workload needs its graph named (NAME@qm9).
@@ -204,6 +210,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     )]
     if not _names_known(cases, args.plugin or (), "equibench run"):
         return 2
+    if args.dry_run:
+        print(f"equibench run --dry-run: {len(cases)} case(s) on {args.device}, every name "
+              "known; nothing was run")
+        return 0
     from equibench.runner import run_cases
 
     frame = run_cases(cases, _settings(args, workloads=defined,
@@ -448,6 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allocator of CPU case processes (default tcmalloc where installed; "
                         "see equibench/allocator.py)")
     p.add_argument("--out", help="write the result table (parquet) here")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the arguments and every name of every case, print how many "
+                        "cases there are and run none (the device need not be present)")
     p.add_argument("--plugin", action="append", metavar="MODULE",
                    help="import MODULE first (an implementation kept outside this tree)")
     p.add_argument("--quiet", action="store_true",
