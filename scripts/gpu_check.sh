@@ -22,6 +22,7 @@
 # repository's .venv, on any machine.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+unset TRITON_INTERPRET  # Triton's CPU interpreter (the kernel tests') has no place here
 DRY=""
 if [ "${1:-}" = --dry-run ]; then
     DRY=1
