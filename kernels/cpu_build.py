@@ -2,9 +2,10 @@
 
 The C++ of :mod:`.cpu_codegen` is built with ``torch.utils.cpp_extension.load``
 (``-O3 -march=native -fopenmp``) into ``$EQUIBENCH_KERNEL_CACHE/<descriptor hash>/``
-(default ``~/.cache/equibench/kernels``). The library exports plain ``extern "C"``
-functions, so it includes no PyTorch header (compiles in seconds) and is called through
-``ctypes`` (the GIL is released during the call). A second process finds the built
+(default ``~/.cache/equibench/kernels``), one library per kernel (``tp_fwd``, ...,
+``conv_dbwd``) and dtype, each built on its first call. A library exports plain
+``extern "C"`` functions, so it includes no PyTorch header (compiles in seconds) and is
+called through ``ctypes`` (the GIL is released during the call). A second process finds the built
 library and only re-runs ninja's up-to-date check. A missing compiler, missing ninja or
 a failed build raises :class:`KernelUnavailable` with the reason.
 """
@@ -87,24 +88,39 @@ class CpuKernels:
     """The compiled kernels of one descriptor; every method takes and returns tensors
     in e3nn's layout (``x (B, in1_dim)``, ``y (B, in2_dim)``, ``w (B, weight_numel)``)."""
 
-    def __init__(self, desc: TPDescriptor, lib: ctypes.CDLL, path: Path) -> None:
+    def __init__(self, desc: TPDescriptor) -> None:
         self.desc = desc
-        self.path = path
-        self._lib = lib
-        self._fn = {}
-        for name, args in _SIGNATURES.items():
-            for sfx in ("f32", "f64"):
+        self._fn: dict[tuple[str, str], ctypes._CFuncPtr] = {}
+        self.paths: dict[tuple[str, str], Path] = {}  # the libraries built or found so far
+        self._lock = threading.Lock()
+
+    def library(self, name: str, sfx: str) -> ctypes._CFuncPtr:
+        """Kernel ``name`` in scalar type ``sfx``, compiled alone on its first call (cached
+        on disk): a case builds only the kernels and dtype it runs, and the first forward
+        waits for the forward alone (see docs/design-decisions.md)."""
+        with self._lock:
+            if (name, sfx) not in self._fn:
+                source = generate_cpu_source(self.desc, sfx, exports=(name,))
+                lib, path = build_library({sfx: source}, cache_root() / self.desc.hash,
+                                          f"eqb_{name}")
+                check = getattr(lib, f"eqb_descriptor_hash_{sfx}")
+                check.restype = ctypes.c_char_p
+                if check() != self.desc.hash.encode():
+                    raise KernelUnavailable(
+                        f"library {path} does not match descriptor {self.desc.hash}")
                 fn = getattr(lib, f"{name}_{sfx}")
-                fn.argtypes = args
+                self.paths[name, sfx] = path
+                fn.argtypes = _SIGNATURES[name]
                 fn.restype = None
                 self._fn[name, sfx] = fn
+            return self._fn[name, sfx]
 
     def _call(self, name: str, dtype: torch.dtype, *args: object) -> None:
         try:
             sfx = _SUFFIX[dtype]
         except KeyError:
             raise TypeError(f"CPU kernels support float32 and float64, not {dtype}") from None
-        self._fn[name, sfx](*args)
+        self.library(name, sfx)(*args)
 
     def _check(self, *pairs: tuple[torch.Tensor | None, int]) -> None:
         dtype = pairs[0][0].dtype  # type: ignore[union-attr]
@@ -296,21 +312,11 @@ def build_library(sources: dict[str, str], build_dir: Path, prefix: str,
         raise KernelUnavailable(f"building CPU kernels in {build_dir} failed: {exc}") from exc
 
 
-def _build(desc: TPDescriptor) -> CpuKernels:
-    sources = {sfx: generate_cpu_source(desc, sfx) for sfx in ("f32", "f64")}
-    lib, path = build_library(sources, cache_root() / desc.hash, "eqb_tp")
-    for sfx in sources:
-        check = getattr(lib, f"eqb_descriptor_hash_{sfx}")
-        check.restype = ctypes.c_char_p
-        if check() != desc.hash.encode():
-            raise KernelUnavailable(f"library {path} does not match descriptor {desc.hash}")
-    return CpuKernels(desc, lib, path)
-
-
 def cpu_kernels(desc: TPDescriptor) -> CpuKernels:
-    """The CPU kernels of ``desc``, compiled on first use and cached (memory and disk)."""
+    """The CPU kernels of ``desc``, each compiled on its first call and cached (memory and
+    disk)."""
     with _LOCK:
         kernels = _LOADED.get(desc.hash)
         if kernels is None:
-            kernels = _LOADED[desc.hash] = _build(desc)
+            kernels = _LOADED[desc.hash] = CpuKernels(desc)
         return kernels

@@ -286,7 +286,7 @@ def build_driver(kernel: Kernel, desc: TPDescriptor, dtype: Dtype, batch: int) -
     """The driver executable of one tensor-product or convolution case."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
-    return _executable(generate_cpu_source(desc, dtype),
+    return _executable(generate_cpu_source(desc, dtype, exports=(kernel,)),
                        _driver_source(kernel, desc, dtype, batch), dtype, FLAGS)
 
 

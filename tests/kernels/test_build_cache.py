@@ -1,4 +1,5 @@
-"""The CPU kernels are built once per descriptor and reused by later processes."""
+"""The CPU kernels are built once per kernel and dtype, on first call, and reused by later
+processes."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from equibench.kernels import KernelUnavailable, TPDescriptor, cpu_build
 from equibench.kernels.cpu_build import cpu_kernels
 
 _BUILD = """
-import json, sys, time
+import json, sys, time, torch
 from equibench.kernels import TPDescriptor
 from equibench.kernels.cpu_build import cpu_kernels
 t = time.perf_counter()
-k = cpu_kernels(TPDescriptor.from_e3nn("5x0e+5x1o", "1x1o", "5x1e", [(1, 0, 0, "uvu", True)]))
-print(json.dumps({"path": str(k.path), "seconds": time.perf_counter() - t}))
+desc = TPDescriptor.from_e3nn("5x0e+5x1o", "1x1o", "5x1e", [(1, 0, 0, "uvu", True)])
+k = cpu_kernels(desc)
+k.tp_forward(*(torch.ones(2, n) for n in (desc.in1_dim, desc.in2_dim, desc.weight_numel)))
+print(json.dumps({"path": str(k.paths["tp_fwd", "f32"]), "seconds": time.perf_counter() - t}))
 """
 
 
@@ -35,6 +39,9 @@ def test_second_process_reuses_the_build(tmp_path: Path) -> None:
     lib = Path(first["path"])
     assert lib.is_relative_to(tmp_path) and lib.exists()
     objects = {p: p.stat().st_mtime_ns for p in lib.parent.iterdir() if p.suffix in (".o", ".so")}
+    # a forward in float32 built the forward in float32 alone
+    assert [p.name for p in objects if p.suffix == ".so"] == [lib.name]
+    assert lib.name.startswith("eqb_tp_fwd_")
     second = _build_in_subprocess(tmp_path)
     assert second["path"] == first["path"]
     assert {p: p.stat().st_mtime_ns for p in objects} == objects  # nothing recompiled
@@ -44,8 +51,9 @@ def test_missing_compiler_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("EQUIBENCH_KERNEL_CACHE", str(tmp_path))
     desc = TPDescriptor.from_e3nn("7x0e", "1x0e", "7x0e", [(0, 0, 0, "uvu", True)])
+    x = torch.ones(2, 7)
     with pytest.raises(KernelUnavailable, match="no C\\+\\+ compiler"):
-        cpu_kernels(desc)
+        cpu_kernels(desc).tp_forward(x, torch.ones(2, 1), torch.ones(2, 7))
 
 
 def test_a_build_leaves_the_flags_that_name_the_next(tmp_path: Path) -> None:
