@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import math
 import os
 import platform
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -40,6 +42,37 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# The CPU features that decide which vector code runs (ours is built -march=native, and
+# PyTorch dispatches on them): AVX, AVX2, AVX-512 and its extensions, AMX, FMA, F16C.
+_ISA = re.compile(r"^(avx.*|amx.*|fma|f16c|sse4_[12])$")
+
+
+def _cpu_flags() -> str:
+    """The ISA flags of /proc/cpuinfo that :data:`_ISA` names, sorted, space-separated."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return " ".join(sorted(f for f in line.split(":", 1)[1].split()
+                                           if _ISA.match(f)))
+    except OSError:
+        pass
+    return ""
+
+
+@functools.cache
+def _march_native() -> str:
+    """What ``-march=native`` resolves to for the C++ compiler that builds our kernels
+    (``$CXX``, else ``c++``): ``znver3``, ``sapphirerapids``, ...; '' if it cannot say."""
+    try:
+        out = subprocess.run([os.environ.get("CXX", "c++"), "-march=native", "-Q",
+                              "--help=target"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    match = re.search(r"^\s*-march=\s*(\S+)", out.stdout, re.MULTILINE)
+    return match.group(1) if match else ""
 
 
 def package_version(package: str) -> str:
@@ -104,6 +137,8 @@ def capture(device: str = "cpu") -> dict[str, str | int | float | bool]:
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "host": socket.gethostname(),
         "cpu_model": _cpu_model(),
+        "cpu_flags": _cpu_flags(),
+        "cpu_march_native": _march_native(),
         "cpu_count": os.cpu_count() or 0,
         "python": platform.python_version(),
         "gpu_name": "",

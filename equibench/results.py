@@ -78,6 +78,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("host", "str", "host name"),
     Column("cpu_model", "str", "CPU model name"),
     Column("cpu_count", "int", "logical CPUs"),
+    Column("cpu_flags", "str", "the CPU's ISA flags (avx*, amx*, fma, f16c, sse4_*), from "
+           "/proc/cpuinfo"),
+    Column("cpu_march_native", "str", "what -march=native (our CPU kernels' target) resolves "
+           "to for the C++ compiler, e.g. znver3, sapphirerapids"),
     Column("threads", "int", "torch intra-op threads used for the case"),
     Column("cpu_allocator", "str", "allocator of a CPU case process (tcmalloc, system); '' on "
            "GPUs"),
@@ -107,7 +111,7 @@ COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 LATER_COLUMNS = ("round_times_s", "rounds_id", "disturbed", "cpu_allocator",
                  "peak_tensor_bytes", "peak_tensor_method", "config_name",
                  "gpu_clock_sm_mhz", "gpu_clock_max_sm_mhz", "gpu_power_limit_w",
-                 "gpu_mig_mode")
+                 "gpu_mig_mode", "cpu_flags", "cpu_march_native")
 _DEFAULTS = {"str": "", "int": -1, "float": math.nan, "bool": False, "list": []}
 
 

@@ -57,16 +57,17 @@ def test_a_planted_compile_error_and_a_forced_spill_fail_the_check() -> None:
 
 @pytest.mark.slow
 def test_every_kernel_of_the_presets_compiles_for_a100_and_h100(tmp_path: Path) -> None:
-    """The CI check: the quick and full presets' kernels for sm_80 and sm_90; exit 0 means
-    no compile error and no spill, shared memory or grid over the limit in quick's."""
+    """The CI check: the quick and full presets' kernels for every architecture this
+    Triton targets (sm_80 and sm_90 at least; sm_100 with Triton 3.9); exit 0 means no
+    compile error and no spill, shared memory or grid over the limit in quick's."""
     out = tmp_path / "gpu-kernels.parquet"
     run = subprocess.run(
         [sys.executable, "-m", "equibench.cli", "gpu-compile", "--preset", "quick,full",
-         "--arch", "sm_80,sm_90", "--out", str(out)],
+         "--out", str(out)],
         capture_output=True, text=True, env=_env(), timeout=1200, cwd=ROOT)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     frame = pd.read_parquet(out)
-    assert set(frame["arch"]) == {"sm_80", "sm_90"}
+    assert set(frame["arch"]) >= {"sm_80", "sm_90"}
     assert {"tp_triton._fwd", "tp_triton._bwd_x", "tp_triton._bwd_y", "tp_triton._bwd_w",
             "sc_triton._poly"} <= set(frame["kernel"])
     assert (frame["error"] == "").all() and (frame["registers"] > 0).all()
