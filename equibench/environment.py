@@ -65,14 +65,18 @@ def _cpu_flags() -> str:
 @functools.cache
 def _march_native() -> str:
     """What ``-march=native`` resolves to for the C++ compiler that builds our kernels
-    (``$CXX``, else ``c++``): ``znver3``, ``sapphirerapids``, ...; '' if it cannot say."""
+    (``$CXX``, else ``c++``), and the vector width its tuning prefers for auto-vectorized
+    loops: ``znver3``, ``rocketlake prefer-vector-width=256``, ...; '' if it cannot say."""
     try:
         out = subprocess.run([os.environ.get("CXX", "c++"), "-march=native", "-Q",
                               "--help=target"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    match = re.search(r"^\s*-march=\s*(\S+)", out.stdout, re.MULTILINE)
-    return match.group(1) if match else ""
+    march = re.search(r"^\s*-march=\s*(\S+)", out.stdout, re.MULTILINE)
+    width = re.search(r"^\s*-mprefer-vector-width=\s+(\d+)", out.stdout, re.MULTILINE)
+    if march is None:
+        return ""
+    return march.group(1) + (f" prefer-vector-width={width.group(1)}" if width else "")
 
 
 def package_version(package: str) -> str:

@@ -81,7 +81,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("cpu_flags", "str", "the CPU's ISA flags (avx*, amx*, fma, f16c, sse4_*), from "
            "/proc/cpuinfo"),
     Column("cpu_march_native", "str", "what -march=native (our CPU kernels' target) resolves "
-           "to for the C++ compiler, e.g. znver3, sapphirerapids"),
+           "to for the C++ compiler, with the vector width its tuning prefers, e.g. "
+           "'rocketlake prefer-vector-width=256'"),
     Column("threads", "int", "torch intra-op threads used for the case"),
     Column("cpu_allocator", "str", "allocator of a CPU case process (tcmalloc, system); '' on "
            "GPUs"),
