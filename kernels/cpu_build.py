@@ -2,8 +2,9 @@
 
 The C++ of :mod:`.cpu_codegen` is built with ``torch.utils.cpp_extension.load``
 (``-O3 -march=native -fopenmp``) into ``$EQUIBENCH_KERNEL_CACHE/<descriptor hash>/``
-(default ``~/.cache/equibench/kernels``), one library per kernel (``tp_fwd``, ...,
-``conv_dbwd``) and dtype, each built on its first call. A library exports plain
+(default ``~/.cache/equibench/kernels``), one library per direction (forward,
+backward, double backward: the tensor product's and the convolution's kernels together)
+and dtype, each built on its first call. A library exports plain
 ``extern "C"`` functions, so it includes no PyTorch header (compiles in seconds) and is
 called through ``ctypes`` (the GIL is released during the call). A second process finds the built
 library and only re-runs ninja's up-to-date check. A missing compiler, missing ninja or
@@ -95,24 +96,28 @@ class CpuKernels:
         self._lock = threading.Lock()
 
     def library(self, name: str, sfx: str) -> ctypes._CFuncPtr:
-        """Kernel ``name`` in scalar type ``sfx``, compiled alone on its first call (cached
-        on disk): a case builds only the kernels and dtype it runs, and the first forward
-        waits for the forward alone (see docs/design-decisions.md)."""
+        """Kernel ``name`` in scalar type ``sfx``. Built on first call with its direction's
+        other kernel (:func:`direction_group`: ``tp_fwd`` with ``conv_fwd``, which share
+        their row code, so the pair compiles in the time of one) and cached on disk: a case
+        builds only the directions and dtype it runs, and the first forward waits for the
+        forward alone (see docs/design-decisions.md)."""
         with self._lock:
             if (name, sfx) not in self._fn:
-                source = generate_cpu_source(self.desc, sfx, exports=(name,))
+                group = direction_group(name)
+                source = generate_cpu_source(self.desc, sfx, exports=group)
                 lib, path = build_library({sfx: source}, cache_root() / self.desc.hash,
-                                          f"eqb_{name}")
+                                          f"eqb_{name.split('_', 1)[1]}")
                 check = getattr(lib, f"eqb_descriptor_hash_{sfx}")
                 check.restype = ctypes.c_char_p
                 if check() != self.desc.hash.encode():
                     raise KernelUnavailable(
                         f"library {path} does not match descriptor {self.desc.hash}")
-                fn = getattr(lib, f"{name}_{sfx}")
-                self.paths[name, sfx] = path
-                fn.argtypes = _SIGNATURES[name]
-                fn.restype = None
-                self._fn[name, sfx] = fn
+                for member in group:
+                    fn = getattr(lib, f"{member}_{sfx}")
+                    fn.argtypes = _SIGNATURES[member]
+                    fn.restype = None
+                    self._fn[member, sfx] = fn
+                    self.paths[member, sfx] = path
             return self._fn[name, sfx]
 
     def _call(self, name: str, dtype: torch.dtype, *args: object) -> None:
@@ -237,6 +242,13 @@ class CpuKernels:
             _threads(),
         )  # fmt: skip
         return dg, dx, dy, dw
+
+
+def direction_group(kernel: str) -> tuple[str, str]:
+    """The kernels built together with ``kernel``: the tensor product's and the
+    convolution's of its direction (``tp_bwd`` -> ``("tp_bwd", "conv_bwd")``)."""
+    direction = kernel.split("_", 1)[1]
+    return f"tp_{direction}", f"conv_{direction}"
 
 
 def conv_workspace(kernel: str, desc: TPDescriptor, num_nodes: int, num_src: int) -> int:

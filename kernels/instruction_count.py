@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .cpu_build import _SIGNATURES, _compiler_id, cache_root
+from .cpu_build import _SIGNATURES, _compiler_id, cache_root, direction_group
 from .cpu_codegen import SCALARS, generate_cpu_source
 from .descriptor import TPDescriptor
 from .errors import KernelUnavailable
@@ -286,7 +286,8 @@ def build_driver(kernel: Kernel, desc: TPDescriptor, dtype: Dtype, batch: int) -
     """The driver executable of one tensor-product or convolution case."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; choose one of {', '.join(KERNELS)}")
-    return _executable(generate_cpu_source(desc, dtype, exports=(kernel,)),
+    # the unit that runs: the kernel's direction group (cpu_build)
+    return _executable(generate_cpu_source(desc, dtype, exports=direction_group(kernel)),
                        _driver_source(kernel, desc, dtype, batch), dtype, FLAGS)
 
 

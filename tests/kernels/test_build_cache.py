@@ -39,9 +39,9 @@ def test_second_process_reuses_the_build(tmp_path: Path) -> None:
     lib = Path(first["path"])
     assert lib.is_relative_to(tmp_path) and lib.exists()
     objects = {p: p.stat().st_mtime_ns for p in lib.parent.iterdir() if p.suffix in (".o", ".so")}
-    # a forward in float32 built the forward in float32 alone
+    # a forward in float32 built the forwards (tp and conv) in float32 alone
     assert [p.name for p in objects if p.suffix == ".so"] == [lib.name]
-    assert lib.name.startswith("eqb_tp_fwd_")
+    assert lib.name.startswith("eqb_fwd_")
     second = _build_in_subprocess(tmp_path)
     assert second["path"] == first["path"]
     assert {p: p.stat().st_mtime_ns for p in objects} == objects  # nothing recompiled
