@@ -50,8 +50,7 @@ def dry_run() -> int:
 
 
 def autotune(out: str) -> int:
-    from equibench.kernels.sc_triton import ScTritonKernels
-    from equibench.kernels.tp_triton import TritonKernels
+    from equibench.kernels import sc_triton, tp_triton
 
     device = torch.device("cuda:0")
     report = []
@@ -64,21 +63,19 @@ def autotune(out: str) -> int:
         start = time.perf_counter()
         if ks.op == "tp":
             d = ks.desc
-            k = TritonKernels(d)
+            k = tp_triton.TritonKernels(d)
             x, y, w = randn(ROWS, d.in1_dim), randn(ROWS, d.in2_dim), randn(ROWS, d.weight_numel)
             g = randn(ROWS, d.out_dim)
             k.tp_forward(x, y, w)
             k.tp_backward(g, x, y, w)
             k.tp_double_backward(g, x, y, w, x, y, w)
-            kernels = ("_fwd", "_bwd_x", "_bwd_y", "_bwd_w")
-            from equibench.kernels import tp_triton as module
+            module, kernels = tp_triton, ("_fwd", "_bwd_x", "_bwd_y", "_bwd_w")
         else:
-            k = ScTritonKernels(ks.desc)
+            k = sc_triton.ScTritonKernels(ks.desc)
             x = randn(NODES, ks.desc.rows("x"), ks.channels)
             for name in ("sc_fwd", "sc_bwd", "sc_dbwd"):
                 k.run(name, x=x)
-            kernels = ("_poly",)
-            from equibench.kernels import sc_triton as module
+            module, kernels = sc_triton, ("_poly",)
         torch.cuda.synchronize(device)
         for name in kernels:
             tuner = getattr(module, name)

@@ -37,7 +37,8 @@ def load(path: str | Path | None, beside: Path) -> tuple[pd.DataFrame | None, st
 
 
 def summary(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per kernel, architecture and dtype: configurations, registers, spills, occupancy."""
+    """Per kernel, architecture and dtype: configurations, registers, spills, compile
+    errors, shared memory, occupancy."""
     g = frame.groupby(["kernel", "arch", "gpus", "dtype"])
     return pd.DataFrame({
         "configurations": g.size(),

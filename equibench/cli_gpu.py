@@ -16,6 +16,7 @@ DEFAULT_OUT = "results/gpu-kernels.parquet"
 
 def cmd_gpu_compile(args: argparse.Namespace) -> int:
     from equibench import gpu_kernels
+    from equibench.dashboards.gpu_kernels import summary
     from equibench.kernels.gpu_compile import (
         CompileUnavailable,
         require_compiler,
@@ -39,7 +40,7 @@ def cmd_gpu_compile(args: argparse.Namespace) -> int:
     frame, failing = gpu_kernels.run(presets, archs, args.workers, gate,
                                      Path(args.out) if args.out else None,
                                      gpu_kernels.main_progress)
-    print(gpu_kernels.summary(frame))
+    print(summary(frame).to_string(index=False))
     print(f"\n{len(frame)} compilations of {frame['kernel'].nunique()} kernels for "
           f"{', '.join(archs)} (compiled, not run); table: {args.out or '(not written)'}")
     if len(failing):

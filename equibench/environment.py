@@ -133,11 +133,15 @@ def gpu_state(device: str) -> dict[str, int | float | str]:
             "gpu_mig_mode": "" if mig.startswith("[") else mig}
 
 
+def git_commit() -> str:
+    """The commit of the equibench checkout ('unknown' outside one)."""
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
 def capture(device: str = "cpu") -> dict[str, str | int | float | bool]:
     """A flat dict of provenance fields, merged into every result row."""
-    commit = _git("rev-parse", "HEAD")
     env: dict[str, str | int | bool] = {
-        "git_commit": commit or "unknown",
+        "git_commit": git_commit(),
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "host": socket.gethostname(),
         "cpu_model": _cpu_model(),

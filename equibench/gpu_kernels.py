@@ -238,19 +238,13 @@ def plan_jobs(sets: list[KernelSet], archs: list[str]) -> dict[str, JobInfo]:
     return todo
 
 
-def _triton_version() -> str:
-    import triton
-
-    return triton.__version__
-
-
 def _dtype(job: Any) -> str:
     return next((t[1:] for t in job.signature.values() if t.startswith("*fp")), "")
 
 
 def table(todo: dict[str, JobInfo], results: dict) -> pd.DataFrame:
     """One row per compiled job (:data:`COLUMNS`)."""
-    from equibench.kernels.gpu_compile import judge
+    from equibench.kernels.gpu_compile import judge, triton_version
     from equibench.kernels.occupancy import ARCHITECTURES
 
     rows = []
@@ -280,8 +274,8 @@ def table(todo: dict[str, JobInfo], results: dict) -> pd.DataFrame:
             "job": key,
         })
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
-    frame["triton"] = _triton_version()
-    frame["git_commit"] = environment.capture()["git_commit"]
+    frame["triton"] = triton_version()
+    frame["git_commit"] = environment.git_commit()
     frame["created"] = pd.Timestamp.now(tz="UTC").strftime("%Y-%m-%d %H:%M")
     return frame.sort_values(["kernel", "arch", "dtype", "specialization", "block",
                               "num_warps"], ignore_index=True)
@@ -292,19 +286,6 @@ def failures(frame: pd.DataFrame, gate_presets: Iterable[str]) -> pd.DataFrame:
     (spills, shared memory or grid over the limit) in a kernel of ``gate_presets``."""
     gated = frame["presets"].str.split().apply(lambda ps: bool(set(ps) & set(gate_presets)))
     return frame[(frame["problem"] == "compile error") | ((frame["problem"] != "") & gated)]
-
-
-def summary(frame: pd.DataFrame) -> str:
-    """Per kernel and architecture: configurations, registers, spills, occupancy."""
-    g = frame.groupby(["kernel", "arch"])
-    s = pd.DataFrame({
-        "configs": g.size(),
-        "registers": g["registers"].agg(lambda r: f"{r.min()}-{r.max()}"),
-        "spilling": g["spill_stores"].agg(lambda r: int((r > 0).sum())),
-        "errors": g["error"].agg(lambda r: int((r != "").sum())),
-        "occupancy": g["occupancy"].agg(lambda r: f"{r.min():.0%}-{r.max():.0%}"),
-    })
-    return s.to_string()
 
 
 def run(presets: list[str], archs: list[str], workers: int, gate_presets: list[str],

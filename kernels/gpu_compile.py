@@ -16,6 +16,7 @@ Compiling needs no GPU but needs Triton's compiler, not its interpreter: a proce
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import io
@@ -25,11 +26,11 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .launch import Launch
-from .occupancy import ARCHITECTURES, GpuArch, occupancy
+from .occupancy import ARCHITECTURES, occupancy
 
 # CUDA's grid limits: x up to 2**31 - 1 blocks, y and z up to 65535.
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -89,7 +90,7 @@ class CompileJob:
                            sorted(map(repr, self.constexprs.items())),
                            sorted(map(repr, self.attrs.items())),
                            sorted(map(repr, self.options.items())), self.arch,
-                           self.source_key, _triton_version()])
+                           self.source_key, triton_version()])
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
     def constant(self, name: str) -> Any:
@@ -110,27 +111,16 @@ class Compiled:
     error: str | None = None
 
 
-@dataclass
-class _Binders:
-    """Triton's launch-time specializer per (kernel, architecture): the same function
+@functools.cache
+def _binder(fn: Any, arch: str) -> tuple[Any, Any]:
+    """Triton's launch-time specializer of ``fn`` for ``arch``: the function
     ``JITFunction.run`` uses, built for a target instead of the current device."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
 
-    cache: dict[tuple, Any] = field(default_factory=dict)
-
-    def get(self, fn: Any, arch: GpuArch) -> tuple[Any, Any]:
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import make_backend
-        from triton.runtime.jit import create_function_from_signature
-
-        key = (id(fn), arch.name)
-        if key not in self.cache:
-            backend = make_backend(GPUTarget("cuda", arch.capability, 32))
-            self.cache[key] = (backend,
-                               create_function_from_signature(fn.signature, fn.params, backend))
-        return self.cache[key]
-
-
-_BINDERS = _Binders()
+    backend = make_backend(GPUTarget("cuda", ARCHITECTURES[arch].capability, 32))
+    return backend, create_function_from_signature(fn.signature, fn.params, backend)
 
 
 def configs(kernel: Any, named_args: dict[str, Any], constexprs: dict[str, Any]) -> list:
@@ -157,7 +147,7 @@ def jobs(launch: Launch, arch_names: Iterable[str]) -> Iterator[tuple[CompileJob
         kwargs = {**launch.constexprs, **config.all_kwargs(),
                   "debug": bool(fn.debug or knobs.runtime.debug)}
         for name in arch_names:
-            backend, binder = _BINDERS.get(fn, ARCHITECTURES[name])
+            backend, binder = _binder(fn, name)
             bound, specialization, options = binder(*launch.args, **kwargs)
             options, signature, constexprs, attrs = fn._pack_args(
                 backend, kwargs, bound, specialization, options)
@@ -289,7 +279,7 @@ def judge(job: CompileJob, result: Compiled, grid: tuple[int, ...]) -> Verdict:
     return Verdict(occ.fraction, occ.blocks_per_sm, occ.limiter, problem)
 
 
-def _triton_version() -> str:
+def triton_version() -> str:
     import triton
 
     return triton.__version__

@@ -118,6 +118,8 @@ def test_machine_record_names_the_gpu_its_clocks_and_power_limit(monkeypatch, an
         return subprocess.CompletedProcess(args, 0, stdout=out + "\n", stderr="")
 
     monkeypatch.setattr(environment.subprocess, "run", stub_run)
+    # the compiler's answer is cached per process: the stub must not become it
+    monkeypatch.setattr(environment, "_march_native", lambda: "")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "STUB GPU (not run)")
     env = environment.capture("cuda:1")
