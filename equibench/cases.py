@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 
-from equibench.vocabulary import DIRECTIONS, LEVELS
+from equibench.vocabulary import DIRECTIONS, LEVELS, MODES
 
 
 @dataclass(frozen=True, order=True)
@@ -27,6 +27,10 @@ class Case:
       ``nve`` or ``nvt``, at ``md``.
     - ``batch``: the work items of one timed call: tensor products at ``tp``, graphs at
       ``conv``, structures at ``model``, MD steps at ``md``.
+
+    ``mode`` says how the step runs (``equibench.modes``): ``eager``, ``compile`` or
+    ``export``. It is last, with a default, so that tables and callers from before it read
+    as eager; the key leaves an eager mode out for the same reason.
     """
 
     level: str
@@ -37,25 +41,31 @@ class Case:
     precision: str
     batch: int
     device: str
+    mode: str = "eager"
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise ValueError(f"unknown level {self.level!r}; choose one of {LEVELS}")
         if self.direction not in DIRECTIONS:  # any level's: equibench.names checks its own
             raise ValueError(f"unknown direction {self.direction!r}; choose one of {DIRECTIONS}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; choose one of {MODES}")
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
 
     @property
     def key(self) -> str:
-        return "/".join(str(v) for v in asdict(self).values())
+        values = asdict(self)
+        if self.mode == "eager":
+            del values["mode"]
+        return "/".join(str(v) for v in values.values())
 
     def to_dict(self) -> dict[str, str | int]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Case:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 KEY_FIELDS = tuple(f.name for f in fields(Case))
@@ -107,6 +117,7 @@ def expand(
     batches: Iterable[int],
     device: str,
     variants: Iterable[str] = ("default",),
+    modes: Iterable[str] = ("eager",),
 ) -> Iterator[Case]:
     """The cartesian product of the given axes, as cases.
 
@@ -116,12 +127,12 @@ def expand(
     it gets an ``unavailable`` row saying so. Model and md variants are the model families'.
     """
     variants = list(variants)
-    for w, i, v, d, p, b in itertools.product(
-        workloads, implementations, variants, directions, precisions, batches
+    for w, i, v, d, p, b, m in itertools.product(
+        workloads, implementations, variants, directions, precisions, batches, modes
     ):
         if len(variants) > 1 and not _has_variant(level, i, v):
             continue
-        yield Case(level, w, i, v, d, p, int(b), device)
+        yield Case(level, w, i, v, d, p, int(b), device, m)
 
 
 def _has_variant(level: str, implementation: str, variant: str) -> bool:

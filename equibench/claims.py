@@ -243,9 +243,10 @@ def load(path: str | Path | None = None) -> list[Claim]:
 
 
 def select(frame: pd.DataFrame, selector: Mapping[str, object]) -> pd.DataFrame:
-    """The rows of ``frame`` that a claim's (or a target's) selector picks."""
+    """The rows of ``frame`` that a claim's (or a target's) selector picks: eager rows
+    unless it names a ``mode`` (a claim is about an implementation as its users run it)."""
     mask = np.ones(len(frame), dtype=bool)
-    for column, wanted in selector.items():
+    for column, wanted in {"mode": "eager", **selector}.items():
         values = wanted if isinstance(wanted, list) else [wanted]
         mask &= frame[column].astype(str).isin([str(v) for v in values]).to_numpy()
     return frame[mask]

@@ -16,7 +16,7 @@ from equibench import config as config_mod
 from equibench import run_ids
 from equibench.cases import LEVEL_DEFAULTS, MD_ATOM_STEPS_PER_CALL, expand
 from equibench.devices import require
-from equibench.vocabulary import DIRECTIONS, LEVEL_INFO, LEVELS
+from equibench.vocabulary import DIRECTIONS, LEVEL_INFO, LEVELS, MODES
 
 if TYPE_CHECKING:
     from equibench.custom_workloads import CustomWorkload
@@ -98,6 +98,7 @@ def _settings(args: argparse.Namespace, cfg: dict | None = None,
         plugins=tuple(given["plugins"]) + tuple(getattr(args, "plugin", None) or []),
         workloads=tuple(w.definition for w in workloads),
         scaling_limit_s=suite.get("scaling_limit_s", 0.0),
+        cold_start=bool(suite.get("cold_start", getattr(args, "cold_start", False))),
     )
 
 
@@ -207,6 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         level=args.level, workloads=[workload], implementations=_csv(args.implementation),
         directions=_csv(args.direction), precisions=_csv(args.precision),
         batches=batches[workload], device=args.device, variants=_csv(args.variant),
+        modes=_csv(args.mode),
     )]
     if not _names_known(cases, args.plugin or (), "equibench run"):
         return 2
@@ -438,6 +440,13 @@ def build_parser() -> argparse.ArgumentParser:
                         f"level: {by_level}; md {MD_ATOM_STEPS_PER_CALL} atom-steps, e.g. "
                         "4 steps of 64 atoms, 32 of 8)")
     p.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    p.add_argument("--mode", default="eager",
+                   help=f"how each step runs, from {', '.join(MODES)}: eager PyTorch, "
+                        "torch.compile (Inductor) or torch.export run as an AOTInductor "
+                        "package (default: eager), e.g. eager,compile,export")
+    p.add_argument("--cold-start", action="store_true",
+                   help="start each case from empty caches (kernel builds, Inductor, Triton) "
+                        "and record cold_start_s, its seconds to the first result")
     p.add_argument("--threads", type=int, help="torch threads on CPU (default: all cores)")
     from equibench.schema import defaults
 

@@ -167,5 +167,5 @@ def suite_cases(config: Mapping, suite_name: str, implementation: str, device: s
         level=block["level"], workloads=block["workloads"], implementations=implementations,
         directions=block["directions"], precisions=block["precisions"],
         batches=batches(block, device), device=device,
-        variants=block.get("variants", ["default"]),
+        variants=block.get("variants", ["default"]), modes=block.get("modes", ["eager"]),
     ))

@@ -16,7 +16,7 @@ import pandas as pd
 
 from equibench.files import atomic_write
 from equibench.run_ids import config_name_of
-from equibench.vocabulary import DIRECTIONS, LEVEL_INFO, STATUSES, TIMED_STATUSES
+from equibench.vocabulary import DIRECTIONS, LEVEL_INFO, MODES, STATUSES, TIMED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("batch", "int", "work items per timed call: " + ", ".join(
         f"{level.batch_unit} at {name}" for name, level in LEVEL_INFO.items())),
     Column("device", "str", "cpu or cuda:N, the device the case ran on"),
+    Column("mode", "str", ", ".join(MODES) + ": how the step ran (eager PyTorch, "
+           "torch.compile with Inductor, torch.export run as an AOTInductor package); "
+           "compilation is never in the timed calls"),
     Column("status", "str", ", ".join(STATUSES)),
     Column("reason", "str", "why the status is not ok (empty when ok)"),
     Column("time_median_s", "float", "median seconds per call (NaN unless ok)"),
@@ -52,6 +55,10 @@ COLUMNS: tuple[Column, ...] = (
            "whose round_times_s pair up round by round ('' when never paired)"),
     Column("disturbed", "str", "what disturbed the machine while the case was timed (steal "
            "time, other processes' CPU use); '' when it was quiet"),
+    Column("cold_start_s", "float", "seconds from empty caches to the first result, in the "
+           "case's fresh process: building the implementation (kernel builds, Inductor, "
+           "export) and its first call; NaN where the suite does not ask for it "
+           "(cold_start), see extra.cold_start_caches"),
     Column("warmup_s", "float", "seconds of the untimed warm-up calls after the first call"),
     Column("throughput", "float", "work items per second: batch / time_median_s"),
     Column("throughput_unit", "str", "what throughput counts, e.g. products/s"),
@@ -112,8 +119,10 @@ COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 LATER_COLUMNS = ("round_times_s", "rounds_id", "disturbed", "cpu_allocator",
                  "peak_tensor_bytes", "peak_tensor_method", "config_name",
                  "gpu_clock_sm_mhz", "gpu_clock_max_sm_mhz", "gpu_power_limit_w",
-                 "gpu_mig_mode", "cpu_flags", "cpu_march_native")
+                 "gpu_mig_mode", "cpu_flags", "cpu_march_native", "mode", "cold_start_s")
 _DEFAULTS = {"str": "", "int": -1, "float": math.nan, "bool": False, "list": []}
+# A later column whose blank is not its kind's: every row from before modes ran eager.
+_LATER_DEFAULTS = {"mode": "eager"}
 
 
 class SchemaError(ValueError):
@@ -121,8 +130,9 @@ class SchemaError(ValueError):
 
 
 def blank_row() -> dict:
-    return {c.name: (list(_DEFAULTS[c.kind]) if c.kind == "list" else _DEFAULTS[c.kind])
-            for c in COLUMNS}
+    row = {c.name: (list(_DEFAULTS[c.kind]) if c.kind == "list" else _DEFAULTS[c.kind])
+           for c in COLUMNS}
+    return {**row, **_LATER_DEFAULTS}
 
 
 def make_row(**fields: object) -> dict:
@@ -168,7 +178,7 @@ def _add_later_columns(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     frame = frame.copy()
     for name in absent:
-        frame[name] = [blank_row()[name] for _ in range(len(frame))]
+        frame[name] = [_LATER_DEFAULTS.get(name, blank_row()[name]) for _ in range(len(frame))]
     if "cpu_allocator" in absent and "extra" in frame.columns:
         frame["cpu_allocator"] = frame["extra"].map(
             lambda e: str(json.loads(e).get("cpu_allocator", "")) if e else "")
@@ -199,6 +209,9 @@ def validate(frame: pd.DataFrame) -> pd.DataFrame:
         raise SchemaError(
             f"column 'status' has {bad_status.iloc[0]!r}; allowed: {', '.join(STATUSES)}"
         )
+    bad_mode = frame.loc[~frame["mode"].isin(MODES), "mode"]
+    if len(bad_mode):
+        raise SchemaError(f"column 'mode' has {bad_mode.iloc[0]!r}; allowed: {', '.join(MODES)}")
     frame = _fill_config_name(frame)
     timed = frame["status"].isin(TIMED_STATUSES)
     untimed = frame.loc[timed & frame["time_median_s"].isna()]

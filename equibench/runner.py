@@ -18,6 +18,7 @@ accounting around each timed slot and the case process's parallel probe after ea
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import hashlib
@@ -25,6 +26,7 @@ import importlib
 import math
 import multiprocessing
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -45,6 +47,7 @@ from equibench import (
     custom_workloads,
     fork_server,
     machine_load,
+    modes,
     registry,
     results,
     scaling,
@@ -70,6 +73,7 @@ from equibench.measure import (
     peak_tensor_memory,
     time_round,
 )
+from equibench.modes import Step
 from equibench.precision import Precision, get_precision, precision_mode
 from equibench.schema import defaults
 
@@ -98,6 +102,8 @@ class RunSettings:
     # User-defined tensor-product workloads, as ``NAME=SPEC`` (equibench.custom_workloads):
     # the fork server may have started before they were read, so each case registers them.
     workloads: tuple[str, ...] = ()
+    # Each case process starts from empty caches and records ``cold_start_s``.
+    cold_start: bool = False
     # md level, > 0: a scaling run (equibench.scaling): each structure's supercells from the
     # smallest up, a backend's larger sizes not run once one fails or takes longer than
     # this many seconds per MD step.
@@ -123,13 +129,15 @@ def _build(case: Case, precision: Precision, seed: int) -> Bench:
         return bench
 
     def in_region(fn: Callable[[], Any]) -> Callable[[], Any]:
-        def run() -> Any:
+        def run(*args: Any) -> Any:
             with precision.autocast_context(case.device):
-                return fn()
+                return fn(*args)
 
         return run
 
-    return replace(bench, call=in_region(bench.call),
+    call = bench.call
+    return replace(bench, call=Step(in_region(call.fn), call.args) if isinstance(call, Step)
+                   else in_region(call),
                    equivariance=bench.equivariance and in_region(bench.equivariance))
 
 
@@ -198,20 +206,40 @@ def _prepare(case: Case, settings: RunSettings, phase: Phase = _no_phase
     reason = _case_unavailable(case, precision)
     if reason:
         return {**row, "status": "unavailable", "reason": reason}, False, None
+    # An exported package and a cold start's caches need a directory of the case's own.
+    scratch = _scratch(settings) if case.mode != "eager" or settings.cold_start else None
+    cold = modes.empty_caches(scratch / "cold") if scratch and settings.cold_start else {}
     try:
         with precision_mode(precision):
             phase("build")
+            cold_start = time.perf_counter()
             bench = _build(case, precision, settings.seed)
             row.update(throughput_unit=bench.unit, flops=bench.flops, bytes=bench.bytes,
                        tolerance=precision.tolerance, extra=bench.extra)
-            # The gate: the first call of the implementation is compared with the float64
-            # reference; a case that fails it is never timed.
-            phase("gate")
-            start = time.perf_counter()
-            first = bench.call()
-            # The first call pays compilation, JIT and first-touch costs, which the timed
-            # calls exclude; it is reported (``extra.first_call_s``), never timed again.
-            first_call_s = time.perf_counter() - start
+            bench.extra["mode_detail"] = modes.MODE_DETAIL[case.mode]
+            if cold:
+                bench.extra["cold_start_caches"] = cold
+            try:
+                if case.mode != "eager":
+                    phase(case.mode)
+                bench.call = modes.apply(case.mode, bench.call,
+                                         scratch / "mode" if scratch else None)
+                # The gate: the first call of the implementation is compared with the
+                # float64 reference; a case that fails it is never timed.
+                phase("gate")
+                start = time.perf_counter()
+                first = bench.call()
+                # The first call pays compilation, JIT and first-touch costs, which the
+                # timed calls exclude; it is reported (``extra.first_call_s``), never timed
+                # again.
+                first_call_s = time.perf_counter() - start
+            except Exception as err:
+                if case.mode == "eager" or _is_oom(err):
+                    raise
+                return {**row, "status": "unavailable",
+                        "reason": modes.failure(case.mode, err)}, False, None
+            if cold:
+                row["cold_start_s"] = time.perf_counter() - cold_start
             gate = gate_outputs(bench, first, precision, settings.reference_dir)
             row.update(max_abs_err=gate.max_abs_err, max_scaled_err=gate.max_scaled_err)
             if gate.status == INCORRECT:
@@ -234,6 +262,19 @@ def _prepare(case: Case, settings: RunSettings, phase: Phase = _no_phase
     timing = Timing(warmup_s=warmup_s)
     return row, False, _Session(case, precision, bench, one_call, timing, first_call_s, row,
                                 settings.reference_dir, settings.measure.breakdown)
+
+
+def _scratch(settings: RunSettings) -> Path:
+    """A directory of this case process's own (an exported package, empty caches), inside
+    the run's shared directory where there is one (removed with it), else a temporary one
+    removed when the process exits."""
+    if settings.reference_dir:
+        path = Path(settings.reference_dir) / f"case-{uuid.uuid4().hex[:12]}"
+        path.mkdir(parents=True)
+        return path
+    path = Path(tempfile.mkdtemp(prefix="equibench-case-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def _failed(row: dict, err: BaseException) -> dict:

@@ -39,6 +39,11 @@ LEVELS = tuple(LEVEL_INFO)
 # Every direction of some level, each once, in the levels' order.
 DIRECTIONS = tuple(dict.fromkeys(d for level in LEVEL_INFO.values() for d in level.directions))
 
+# How a case's step runs (equibench.modes): as written (``eager``), under torch.compile with
+# Inductor (``compile``), or exported with torch.export and run as a compiled AOTInductor
+# package (``export``).
+MODES = ("eager", "compile", "export")
+
 STATUSES = ("ok", "unverifiable", "incorrect", "oom", "unavailable", "error", "imported")
 # Rows with timings: ``ok`` (gated against the float64 reference, then timed),
 # ``unverifiable`` (a low precision whose real rounding error is as large as the planted

@@ -135,3 +135,24 @@ class Drifting(Implementation):
             return module(x, y, w) * (1.01 if len(calls) > 3 else 1.0)
 
         return drifting
+
+
+# A kernel registered as a custom operator without a fake (meta) implementation, as many
+# native kernels are: eager runs it, torch.compile and torch.export cannot trace it.
+@torch.library.custom_op("equibench_tests::untraceable_scale", mutates_args=())
+def _untraceable_scale(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@register
+class Untraceable(Implementation):
+    """The e3nn product through an operator that has no fake implementation: correct in
+    eager mode, unusable under torch.compile and torch.export."""
+
+    name = "test-untraceable"
+    levels = frozenset({"tp"})
+
+    def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
+                 variant: str = DEFAULT_VARIANT):
+        module = problem.e3nn_module(dtype).to(device)
+        return lambda x, y, w: _untraceable_scale(module(x, y, w))

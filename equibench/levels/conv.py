@@ -298,9 +298,14 @@ def build_bench(case: Case, impl: Implementation, dtype: torch.dtype, seed: int)
         data = {k: v.to(device=case.device, dtype=dt)
                 for k, v in native_inputs(master, layout).items()}
         fn = functools.partial(_bound, conv, src, dst, n, graph.blocks)
-        call = directional_call(case.direction, fn, [data["x"], data["y"], data["w"]],
+
+        def on_graph(x, y, w, edge_src, edge_dst):  # the graph is an input of the step
+            return _bound(conv, edge_src, edge_dst, n, graph.blocks, x, y, w)
+
+        call = directional_call(case.direction, on_graph, [data["x"], data["y"], data["w"]],
                                 ["x", "y", "w"], data["grad_out"],
-                                [data["probe_x"], data["probe_y"], data["probe_w"]])
+                                [data["probe_x"], data["probe_y"], data["probe_w"]],
+                                aux=[src, dst])
         return fn, data, call
 
     conv = impl.build_conv(problem, dtype, case.device, case.variant)

@@ -97,6 +97,10 @@ class IrrepsLinear(torch.nn.Module):
                       | {edge for runs in grouped for r in runs for edge in (r[0].start,
                                                                              r[-1].stop)})
         self._sizes = [b - a for a, b in itertools.pairwise(cuts)]
+        # Plain numbers for the forward: torch.compile guards on what it reads, and an
+        # e3nn Irreps refuses len() (its guard), so it never reads one.
+        self._dim_in, self._dim_out = self.irreps_in.dim, self.irreps_out.dim
+        self._outputs = [(mul, ir.dim) for mul, ir in self.irreps_out]
         self._runs = [
             [_Run(range(cuts.index(r[0].start), cuts.index(r[-1].stop)), tuple(r))
              for r in runs]
@@ -109,26 +113,26 @@ class IrrepsLinear(torch.nn.Module):
             return self._forward(x.to(self.weight.dtype))
 
     def _forward(self, x: Tensor) -> Tensor:
-        z = x.reshape(-1, self.irreps_in.dim)
+        z = x.reshape(-1, self._dim_in)
         pieces = torch.split(z, self._sizes, dim=1)
         weights = torch.split(self.weight, self._weight_sizes)
         outs = []
-        for (mul_out, ir), runs in zip(self.irreps_out, self._runs, strict=True):
+        for (mul_out, ir_dim), runs in zip(self._outputs, self._runs, strict=True):
             if not runs:
-                outs.append(z.new_zeros(z.shape[0], mul_out * ir.dim))
+                outs.append(z.new_zeros(z.shape[0], mul_out * ir_dim))
                 continue
             # (z, 2l+1, mul) views of the inputs, side by side along the channels.
             xs = []
             for r in runs:
                 p = (pieces[r.pieces[0]] if len(r.pieces) == 1
                      else torch.cat(pieces[r.pieces.start:r.pieces.stop], dim=1))
-                xs.append(p.view(-1, r.mul, ir.dim).transpose(1, 2))
+                xs.append(p.view(-1, r.mul, ir_dim).transpose(1, 2))
             ws = [weights[b.instruction].view(b.mul_in, mul_out) * b.alpha
                   for r in runs for b in r.blocks]
             xcat = torch.cat(xs, dim=2) if len(xs) > 1 else xs[0]
             wcat = torch.cat(ws, dim=0) if len(ws) > 1 else ws[0]
             outs.append(torch.matmul(xcat, wcat).transpose(1, 2).reshape(z.shape[0], -1))
-        return torch.cat(outs, dim=1).reshape(*x.shape[:-1], self.irreps_out.dim)
+        return torch.cat(outs, dim=1).reshape(*x.shape[:-1], self._dim_out)
 
 
 def use_irreps_linear(model: torch.nn.Module) -> torch.nn.Module:

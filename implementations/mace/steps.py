@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from equibench.levels import Outputs
+from equibench.modes import Step
 from equibench.precision import backward_and_step
 from equibench.vocabulary import MODEL_DIRECTIONS as DIRECTIONS
 
@@ -28,14 +29,19 @@ ENERGY_WEIGHT, FORCES_WEIGHT = 1.0, 100.0
 LEARNING_RATE = 1e-3
 
 
-def inference(model: torch.nn.Module, data: dict[str, Tensor]) -> Callable[[], Outputs]:
-    """``energy (G,)`` and ``forces (N, 3)`` of ``data``."""
+def inference(model: torch.nn.Module, data: dict[str, Tensor]) -> Step:
+    """``energy (G,)`` and ``forces (N, 3)`` of ``data``, a function of ``data`` (which an
+    exported program takes as its input, ``equibench.modes``)."""
 
-    def step() -> Outputs:
+    def step(data: dict[str, Tensor]) -> Outputs:
+        # The forces' leaf, made here rather than left to the model's in-place
+        # ``requires_grad_`` on its input, which a compiled or traced step cannot see (the
+        # step of mace-torch's calculator under torch.compile does the same).
+        data = {**data, "positions": data["positions"].detach().requires_grad_(True)}
         out = model(data, training=False, compute_force=True)
         return {"energy": out["energy"].detach(), "forces": out["forces"].detach()}
 
-    return step
+    return Step(step, (data,))
 
 
 def make_optimizer(params: Iterable[Tensor]) -> torch.optim.Optimizer:
