@@ -37,6 +37,18 @@ th { background: #f3f3f3; }
 .verdict-not-reproduced { background: #ffe3e3; }
 .verdict-different-hardware, .verdict-different-size { background: #fff3bf; }
 .verdict-not-measured { color: #777; }
+table.compat td { min-width: 8rem; max-width: 24rem; }
+table.compat.legend td { min-width: 0; }
+table.compat th[rowspan] { vertical-align: middle; }
+table.compat .reason { font-size: 0.8rem; color: #333; }
+.compat-ok { background: #d3f9d8; }
+.compat-unverifiable { background: #fff3bf; }
+.compat-imported { background: #d0ebff; }
+.compat-incorrect { background: #ffa8a8; }
+.compat-error { background: #ffc9c9; }
+.compat-oom { background: #ffd8a8; }
+.compat-unavailable { background: #dee2e6; }
+.compat-none { color: #999; }
 """
 
 
@@ -57,6 +69,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("md.html", "MD", "Molecular dynamics"),
     PageSpec("roofline.html", "Roofline", "Roofline"),
     PageSpec("memory.html", "Memory", "Peak memory"),
+    PageSpec("compatibility.html", "Compatibility", "Compatibility: eager, compile, export"),
     PageSpec("history.html", "History", "History across commits"),
     PageSpec("gpu-kernels.html", "GPU kernels", "GPU kernels (compiled, not run)"),
 )

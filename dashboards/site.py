@@ -3,9 +3,11 @@
 ``write_site(frame, out_dir)`` writes index.html (the speedup over e3nn per level and case,
 the headline a machine at a time, claims, runs, environment),
 tp.html, conv.html, models.html (a section per model family), md.html (molecular dynamics),
-roofline.html, memory.html and history.html, each figure's data as CSV beside its page,
+roofline.html, memory.html, compatibility.html (each implementation in eager, compile and
+export mode), history.html and gpu-kernels.html, each figure's data as CSV beside its page,
 results.csv, and Plotly's JavaScript once, as plotly.min.js from the installed ``plotly``
 package (no CDN), which every page with a figure loads. Sections without rows say "no rows".
+Only the Compatibility page and results.csv show rows that ran in a mode other than eager.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-from equibench.dashboards import figures, gpu_kernels, headline, md, overview
+from equibench.dashboards import compatibility, figures, gpu_kernels, headline, md, overview
 from equibench.dashboards.figures import Chart, SeriesColors
 from equibench.dashboards.layout import (
     PAGES,
@@ -295,37 +297,41 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # Compile and export rows would read as more implementations: only Compatibility has them.
+    eager = frame[frame["mode"] == "eager"]
+    compat = compatibility.matrix(frame)
     claim_list = claims_mod.load() if claims is None else list(claims)
-    evaluated = claims_mod.evaluate(claim_list, frame)
+    evaluated = claims_mod.evaluate(claim_list, eager)
     claim_rows = claims_mod.table(evaluated)
     claim_pairs = claims_mod.pairs_table(evaluated)
     claim_versions = claims_mod.versions_table(evaluated)
-    headline_rows = headline.headline(frame)
+    headline_rows = headline.headline(eager)
     probe = Path(machine_json) if machine_json else out.parent / "machine.json"
     tracked = _history(history, out)
     # One colour per implementation and variant, on every page.
-    colors = SeriesColors.of_frame(frame, tracked)
+    colors = SeriesColors.of_frame(eager, tracked)
     pages: dict[str, list[Block]] = {
-        "index.html": _index(frame, headline_rows, claim_rows, claims_mod.details(claim_list),
+        "index.html": _index(eager, headline_rows, claim_rows, claims_mod.details(claim_list),
                              claim_pairs, claim_versions, colors),
         "tp.html": [_intro("Bare tensor products on batches of independent inputs."),
-                    *_level_charts(frame, "tp", colors)],
+                    *_level_charts(eager, "tp", colors)],
         "conv.html": [_intro("Tensor products fused with the gather of source-node features "
                              "and the scatter-sum to destination nodes, on real graphs."),
-                      *_level_charts(frame, "conv", colors)],
+                      *_level_charts(eager, "conv", colors)],
         "models.html": [_intro("Whole models, a section per model family; the "
                                "implementation is the tensor-product backend, the variant "
-                               "the model's option set."), *_models(frame, colors)],
-        "md.html": [_intro(MD_INTRO), md.ns_per_day(frame, colors),
+                               "the model's option set."), *_models(eager, colors)],
+        "md.html": [_intro(MD_INTRO), md.ns_per_day(eager, colors),
                     "<h2>Energy drift</h2>" + _intro(MD_DRIFT_NOTE)
-                    + table(md.drift_table(frame)),
-                    *_md_scaling(frame, colors)],
+                    + table(md.drift_table(eager)),
+                    *_md_scaling(eager, colors)],
         "roofline.html": [_intro("FLOPs and bytes come from the cost model (ideal minimum "
                                  "traffic), so intensity is a property of the workload."),
-                          figures.roofline(frame, _peaks(frame, probe), colors)],
+                          figures.roofline(eager, _peaks(eager, probe), colors)],
         "memory.html": [_intro("Peak extra live tensor bytes of one call, per level."),
-                        *[figures.memory_vs_batch(frame, level, colors)
+                        *[figures.memory_vs_batch(eager, level, colors)
                           for level in ("tp", "conv", "model")]],
+        "compatibility.html": compatibility.blocks(compat),
         "history.html": [_intro("Added by <code>equibench history add RESULTS</code>."),
                          figures.history_lines(tracked, colors)],
         "gpu-kernels.html": gpu_kernels.blocks(*gpu_kernels.load(gpu_kernel_table,
@@ -341,6 +347,8 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
                 chart.data.to_csv(out / f"{chart.key}.csv", index=False)
         _write_atomic(out / name, page(specs[name], blocks_html(blocks), _banner(frame),
                                        plotly=has_figures(blocks)))
+    if not compat.empty:
+        compat.to_csv(out / compatibility.CSV, index=False)
     if not headline_rows.empty:
         headline_rows.to_csv(out / "headline.csv", index=False)
     if not claim_rows.empty:
