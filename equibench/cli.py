@@ -47,12 +47,14 @@ def _cpu_allocator(args: argparse.Namespace, cfg: dict | None = None) -> str:
     return getattr(args, "cpu_allocator", None) or {**defaults(), **(cfg or {})}["cpu_allocator"]
 
 
-def _start_fork_server(args: argparse.Namespace, cfg: dict | None = None) -> None:
+def _start_fork_server(args: argparse.Namespace, cfg: dict | None = None,
+                       modes: Sequence[str] = ()) -> None:
     """Start the case processes' fork server before this process imports torch, so that
-    the two sets of imports overlap (``fork_server``)."""
+    the two sets of imports overlap (``fork_server``); with the compilers' modules where
+    ``modes`` has one besides eager."""
     from equibench import fork_server
 
-    fork_server.start(_cpu_allocator(args, cfg))
+    fork_server.start(_cpu_allocator(args, cfg), compilers=any(m != "eager" for m in modes))
 
 
 def _custom_workloads(args: argparse.Namespace, cfg: dict | None = None
@@ -192,7 +194,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         # First, so that the server's imports overlap with ours (the name check imports the
         # registry); it exits with this process if a name is unknown.
-        _start_fork_server(args)
+        _start_fork_server(args, modes=_csv(args.mode))
     defined = _custom_workloads(args)
     # At level tp the --tp workloads are what runs unless --workload says otherwise; a conv
     # workload needs its graph named (NAME@qm9).
@@ -238,7 +240,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             args.implementation, "--device", args.device, "--out", args.out,
             *(["--quiet"] if args.quiet else [])])
 
-    _start_fork_server(args, cfg)  # first: its imports overlap with the name check's
+    # First: its imports overlap with the name check's.
+    _start_fork_server(args, cfg, config_mod.suite(cfg, args.suite).get("modes", ()))
     defined = _custom_workloads(args, cfg)
     cases = config_mod.suite_cases(cfg, args.suite, args.implementation, args.device)
     if not _names_known(cases, cfg["plugins"], f"equibench sweep: suite {args.suite}"):

@@ -16,12 +16,16 @@ from multiprocessing import forkserver
 from equibench import allocator
 
 
-def start(cpu_allocator: str = "tcmalloc") -> mp.context.BaseContext:
+def start(cpu_allocator: str = "tcmalloc", compilers: bool = False
+          ) -> mp.context.BaseContext:
     """The forkserver context; started here, with ``cpu_allocator`` preloaded, unless this
     process already runs one (its case processes then keep the allocator it started with,
-    which their rows record)."""
+    which their rows record). ``compilers``: the server imports torch.compile's and
+    torch.export's modules too (``equibench.preload_compilers``), for cases in those modes
+    (~2 s a process here, which a run without them would pay for nothing)."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["equibench.preload"])
+    ctx.set_forkserver_preload(["equibench.preload",
+                                *(["equibench.preload_compilers"] if compilers else [])])
     library = allocator.preload_for(cpu_allocator)
     if library is None and cpu_allocator == "tcmalloc":
         warnings.warn(f"tcmalloc not found: CPU cases run with glibc's allocator, which "

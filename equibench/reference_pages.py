@@ -12,6 +12,8 @@ docs test runs the same check). Each page comes from one source:
 - ``statuses.md`` and ``columns.md``: :mod:`equibench.results`;
 - ``precisions.md``: :data:`equibench.precision.PRECISIONS` and the implementations'
   precisions;
+- ``modes.md``: :mod:`equibench.modes` (what each mode runs, the caches a cold start
+  empties);
 - ``measurements.md``: the committed baselines under ``results/baselines/`` (their machine,
   commit and date read from the data).
 
@@ -293,6 +295,21 @@ def columns_page() -> str:
     ])
 
 
+def modes_page() -> str:
+    from equibench.modes import COLD_CACHES, MODE_DETAIL
+
+    return "".join([
+        HEADER.format(source="`equibench/modes.py`"), "# Modes and cold start\n\n",
+        "How a case's step runs (the `mode` column; [modes](../modes.md)):\n\n",
+        _table(["mode", "what runs"], [(_code(m), d) for m, d in MODE_DETAIL.items()]),
+        "\nWhat a cold start (`cold_start: true`, `equibench run --cold-start`) empties: "
+        "each case process points every one of these variables at a new, empty directory "
+        "of its own before the implementation is built.\n\n",
+        _table(["variable", "the cache it places"],
+               [(_code(v), what) for v, what in COLD_CACHES.items()]),
+    ])
+
+
 def precisions_page() -> str:
     from equibench import registry
     from equibench.precision import PRECISIONS
@@ -488,6 +505,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "statuses.md": statuses_page,
     "columns.md": columns_page,
     "precisions.md": precisions_page,
+    "modes.md": modes_page,
     "measurements.md": measurements_page,
 }
 

@@ -14,9 +14,13 @@ from equibench.registry import (
     ConvFunction,
     Implementation,
     TPFunction,
+    Variant,
     register,
 )
 from equibench.workloads import TPProblem
+
+# e3nn's own JIT (TorchScript), a variant at the tp and conv levels.
+JIT = "jit"
 
 
 def _conv_from_tp(tp: TPFunction) -> ConvFunction:
@@ -30,14 +34,28 @@ class E3nn(Implementation):
     levels = frozenset({"tp", "conv"})
     description = "e3nn o3.TensorProduct, eager PyTorch; conv = TP + index_add"
     precisions = frozenset({"float64", "float32", "tfloat32", "bfloat16", "float16"})
+    variants = {JIT: Variant(
+        "the product compiled by e3nn's own JIT, e3nn.util.jit.compile (TorchScript, "
+        "deprecated as of PyTorch 2.11), when built")}
 
     def build_tp(self, problem: TPProblem, dtype: torch.dtype, device: str,
                  variant: str = DEFAULT_VARIANT) -> TPFunction:
-        return problem.e3nn_module(dtype).to(device)
+        module = problem.e3nn_module(dtype).to(device)
+        if variant == JIT:
+            from e3nn.util.jit import compile as e3nn_jit
+
+            return e3nn_jit(module)
+        return module
 
     def build_conv(self, problem: TPProblem, dtype: torch.dtype, device: str,
                    variant: str = DEFAULT_VARIANT) -> ConvFunction:
-        return _conv_from_tp(self.build_tp(problem, dtype, device))
+        return _conv_from_tp(self.build_tp(problem, dtype, device, variant))
+
+    def code_path(self, built: object, device: str) -> CodePath:
+        if isinstance(getattr(built, "args", (built,))[0], torch.jit.ScriptModule):
+            return CodePath("e3nn o3.TensorProduct scripted by e3nn.util.jit.compile "
+                            "(TorchScript)")
+        return super().code_path(built, device)
 
 
 @register
@@ -45,6 +63,7 @@ class E3nnCompiled(E3nn):
     name = "e3nn-compiled"
     description = ("e3nn o3.TensorProduct under torch.compile (inductor); compile time in "
                    "extra.first_call_s")
+    variants = {}
 
     def supports(self, case: Case) -> str | None:
         if case.direction == "double_backward":

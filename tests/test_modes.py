@@ -68,3 +68,10 @@ def test_export_traces_the_derivatives_and_is_gated():
 def test_without_cold_start_there_is_no_cold_start_figure():
     row = run_case(case("e3nn", "forward", "eager"), SETTINGS)
     assert row["status"] == "ok" and math.isnan(row.get("cold_start_s", math.nan))
+
+
+def test_e3nns_own_jit_is_a_variant_gated_like_the_rest():
+    row = run_case(Case("tp", "nequip-water-1parity", "e3nn", "jit", "backward", "float32", 8,
+                        "cpu"), SETTINGS)
+    assert row["status"] == "ok", row.get("reason")
+    assert "TorchScript" in row["extra"]["code_path"]["path"]

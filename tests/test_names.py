@@ -54,7 +54,7 @@ def test_equibench_run_stops_before_any_process(capsys, monkeypatch):
     from equibench import runner
 
     # The fork server starts first (its imports overlap with the check's); no case runs.
-    monkeypatch.setattr(cli, "_start_fork_server", lambda *a: None)
+    monkeypatch.setattr(cli, "_start_fork_server", lambda *a, **k: None)
     monkeypatch.setattr(runner, "run_cases", lambda *a, **k: pytest.fail("a case ran"))
     code = cli.main(["run", "--workload", "mace-larg", "--implementation", "e3nn",
                      "--batch", "8"])

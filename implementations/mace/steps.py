@@ -34,14 +34,18 @@ def inference(model: torch.nn.Module, data: dict[str, Tensor]) -> Step:
     exported program takes as its input, ``equibench.modes``)."""
 
     def step(data: dict[str, Tensor]) -> Outputs:
-        # The forces' leaf, made here rather than left to the model's in-place
-        # ``requires_grad_`` on its input, which a compiled or traced step cannot see (the
-        # step of mace-torch's calculator under torch.compile does the same).
-        data = {**data, "positions": data["positions"].detach().requires_grad_(True)}
-        out = model(data, training=False, compute_force=True)
+        out = model(_forces_leaf(data), training=False, compute_force=True)
         return {"energy": out["energy"].detach(), "forces": out["forces"].detach()}
 
     return Step(step, (data,))
+
+
+def _forces_leaf(data: dict[str, Tensor]) -> dict[str, Tensor]:
+    """``data`` with its positions a new leaf that requires gradients: made in the step
+    rather than left to the model's in-place ``requires_grad_`` on its input, which a
+    compiled or traced step does not see (mace-torch's calculator does the same under
+    torch.compile)."""
+    return {**data, "positions": data["positions"].detach().requires_grad_(True)}
 
 
 def make_optimizer(params: Iterable[Tensor]) -> torch.optim.Optimizer:
@@ -84,7 +88,7 @@ class TrainStep:
 
     def forward(self) -> tuple[dict[str, Tensor], Tensor]:
         """The model's outputs and the loss (the forward half of a step)."""
-        out = self.model(self.data, training=True, compute_force=True)
+        out = self.model(_forces_leaf(self.data), training=True, compute_force=True)
         return out, self.loss_fn(self.targets, out)
 
     def __call__(self) -> Outputs:
