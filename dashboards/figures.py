@@ -2,7 +2,9 @@
 
 Every builder returns a :class:`Chart`: the figure (None when there is nothing to plot)
 and the tidy rows it plots, which the site writes next to the page as CSV. Traces carry a
-device/precision tag for the dropdown (``controls``); hovers show the commit and machine.
+device/precision tag for the dropdown (``controls``), the device being the machine's
+configuration where the rows hold several of one machine; hovers show the commit and the
+machine (configuration).
 Strings from result rows are HTML-escaped before they reach Plotly, which renders a subset
 of HTML in labels and decodes entities back to the literal text.
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from equibench.dashboards.controls import add_selector, tag
+from equibench.dashboards.controls import add_selector, configurations, tag
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
@@ -37,7 +39,7 @@ MARKS = (" (unverifiable)", " (fallback)")  # what series_label appends, last fi
 MARGIN = dict(t=110, l=70, r=30, b=60)
 HOVER_TAIL = "commit %{customdata[0]}<br>machine %{customdata[1]}<extra></extra>"
 CASE_COLUMNS = ["level", "workload", "implementation", "variant", "direction", "precision",
-                "batch", "device", "machine", "git_commit", "run_id"]
+                "batch", "device", "machine", "configuration", "git_commit", "run_id"]
 
 
 @dataclass
@@ -113,11 +115,12 @@ def _palette(colors: SeriesColors | None, names: Iterable[str]) -> SeriesColors:
 
 
 def prepared(frame: pd.DataFrame, ok_only: bool = True) -> pd.DataFrame:
-    """Ok rows (or all) with the derived columns the figures use (machine, tag, series,
-    commit)."""
+    """Ok rows (or all) with the derived columns the figures use (machine, configuration,
+    tag, series, commit)."""
     ok = (frame[frame["status"].isin(TIMED_STATUSES)] if ok_only else frame).copy()
     ok["machine"] = machine_labels(ok)
-    ok["tag"] = [tag(m, p) for m, p in zip(ok["machine"], ok["precision"], strict=True)]
+    ok["configuration"] = configurations(ok)["configuration"]
+    ok["tag"] = [tag(c, p) for c, p in zip(ok["configuration"], ok["precision"], strict=True)]
     ok["series"] = [series_label(i, v, e, st) for i, v, e, st in
                     zip(ok["implementation"], ok["variant"], ok["extra"], ok["status"],
                         strict=True)]
@@ -139,8 +142,10 @@ def category_colors(frame: pd.DataFrame) -> dict[str, str]:
     return {n: CATEGORY_PALETTE[i % len(CATEGORY_PALETTE)] for i, n in enumerate(names)}
 
 
-def _hover(data: pd.DataFrame) -> np.ndarray:
-    return np.stack([data["commit"].map(esc), data["machine"].map(esc)], axis=-1)
+def _hover(data: pd.DataFrame, machine: str = "configuration") -> np.ndarray:
+    """The commit and machine of each point; ``machine``: the column that names it (a
+    history row records its machine alone)."""
+    return np.stack([data["commit"].map(esc), data[machine].map(esc)], axis=-1)
 
 
 def _largest_batch(data: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -204,7 +209,7 @@ def throughput_heatmap(frame: pd.DataFrame, level: str) -> Chart:
             text = [f"{v:.3g}" if v == v else esc(st)  # v != v: NaN, no ok row
                     for v, st in zip(throughput, status, strict=True)]
             custom = np.stack([grid["commit"].fillna("").map(esc),
-                               grid["machine"].fillna("").map(esc),
+                               grid["configuration"].fillna("").map(esc),
                                grid["batch"].fillna(-1).astype(int)], axis=-1)
             fig.add_trace(go.Heatmap(
                 z=np.log10(throughput).reshape(shape), x=[esc(s) for s in series],
@@ -444,16 +449,19 @@ def roofline(frame: pd.DataFrame, peaks: Peaks, colors: SeriesColors | None = No
     span = np.logspace(math.log10(data["intensity"].min() / 4),
                        math.log10(data["intensity"].max() * 4), 64)
     for (machine, precision), (gflops, gbps) in sorted(peaks.items()):
-        t = tag(machine, precision)
-        if t not in tags:
-            continue
-        fig.add_trace(go.Scatter(
-            x=span, y=np.minimum(gflops, span * gbps), mode="lines", name="peak",
-            line=dict(color="black", dash="dash"),
-            hovertemplate=f"peak {gflops:.4g} GFLOP/s, {gbps:.4g} GB/s<extra>"
-                          f"{esc(machine)}</extra>",
-        ))
-        tags.append(t)
+        # The peaks are the hardware's: each configuration of it draws them.
+        for configuration in sorted(set(data.loc[data["machine"] == machine,
+                                                 "configuration"])):
+            t = tag(configuration, precision)
+            if t not in tags:
+                continue
+            fig.add_trace(go.Scatter(
+                x=span, y=np.minimum(gflops, span * gbps), mode="lines", name="peak",
+                line=dict(color="black", dash="dash"),
+                hovertemplate=f"peak {gflops:.4g} GFLOP/s, {gbps:.4g} GB/s<extra>"
+                              f"{esc(configuration)}</extra>",
+            ))
+            tags.append(t)
     fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOPs / byte, cost model)")
     fig.update_yaxes(type="log", title_text="achieved GFLOP/s")
     fig.update_layout(height=560, margin=MARGIN)
@@ -491,7 +499,8 @@ def history_lines(history: pd.DataFrame, colors: SeriesColors | None = None) -> 
     for (t, series, case), part in data.groupby(["tag", "series", "case"]):
         fig.add_trace(go.Scatter(
             x=part["point"], y=part["speedup"], mode="lines+markers", name=esc(case),
-            line=dict(color=colors(series), dash=dash[case]), customdata=_hover(part),
+            line=dict(color=colors(series), dash=dash[case]),
+            customdata=_hover(part, "machine"),
             text=part["timestamp"].astype(str).map(esc),
             hovertemplate=f"{esc(case)}: %{{y:.3g}}x<br>%{{text}}<br>" + HOVER_TAIL,
         ))

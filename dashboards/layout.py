@@ -70,6 +70,7 @@ PAGES: tuple[PageSpec, ...] = (
     PageSpec("roofline.html", "Roofline", "Roofline"),
     PageSpec("memory.html", "Memory", "Peak memory"),
     PageSpec("compatibility.html", "Compatibility", "Compatibility: eager, compile, export"),
+    PageSpec("machines.html", "Machines", "Machines: hardware, settings, runs"),
     PageSpec("history.html", "History", "History across commits"),
     PageSpec("gpu-kernels.html", "GPU kernels", "GPU kernels (compiled, not run)"),
 )

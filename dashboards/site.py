@@ -4,10 +4,12 @@
 the headline a machine at a time, claims, runs, environment),
 tp.html, conv.html, models.html (a section per model family), md.html (molecular dynamics),
 roofline.html, memory.html, compatibility.html (each implementation in eager, compile and
-export mode), history.html and gpu-kernels.html, each figure's data as CSV beside its page,
+export mode), machines.html (each machine, its runs and its speedups beside the others'),
+history.html and gpu-kernels.html, each figure's data as CSV beside its page,
 results.csv, and Plotly's JavaScript once, as plotly.min.js from the installed ``plotly``
 package (no CDN), which every page with a figure loads. Sections without rows say "no rows".
-Only the Compatibility page and results.csv show rows that ran in a mode other than eager.
+Only the Compatibility page, the Machines page's tables and results.csv count rows that
+ran in a mode other than eager.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-from equibench.dashboards import compatibility, figures, gpu_kernels, headline, md, overview
+from equibench.dashboards import (
+    compatibility,
+    figures,
+    gpu_kernels,
+    headline,
+    machines,
+    md,
+    overview,
+)
 from equibench.dashboards.figures import Chart, SeriesColors
 from equibench.dashboards.layout import (
     PAGES,
@@ -332,6 +342,7 @@ def write_site(frame: pd.DataFrame, out_dir: str | Path,
                         *[figures.memory_vs_batch(eager, level, colors)
                           for level in ("tp", "conv", "model")]],
         "compatibility.html": compatibility.blocks(compat),
+        "machines.html": machines.blocks(frame, eager),
         "history.html": [_intro("Added by <code>equibench history add RESULTS</code>."),
                          figures.history_lines(tracked, colors)],
         "gpu-kernels.html": gpu_kernels.blocks(*gpu_kernels.load(gpu_kernel_table,

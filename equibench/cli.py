@@ -542,10 +542,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_config)
 
     from equibench.cli_gpu import add_parsers as add_gpu_commands
+    from equibench.cli_publish import add_parsers as add_publish_command
     from equibench.cli_reports import add_parsers as add_report_commands
 
     add_report_commands(sub)
     add_gpu_commands(sub)
+    add_publish_command(sub)
     try:
         from equibench.datasets.cli import add_parser as add_datasets
     except ImportError:

@@ -15,7 +15,8 @@ from equibench.cli import PRECISION_NAMES, build_parser, main
 from equibench.precision import PRECISIONS
 
 SUBCOMMANDS = ["run", "sweep", "dgl-env", "show", "env", "list", "merge", "dashboard", "config",
-               "probe", "claims", "compare", "import", "history", "datasets", "gpu-compile"]
+               "probe", "claims", "compare", "import", "history", "datasets", "gpu-compile",
+               "publish"]
 
 
 def test_every_subcommand_is_listed_here():
