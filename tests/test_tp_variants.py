@@ -184,7 +184,7 @@ def test_a_list_of_variants_expands_to_those_each_implementation_has():
 
 
 @pytest.mark.parametrize(("level", "implementation", "variant", "have"), [
-    ("conv", "e3nn", "ir_mul", "its conv variants: default"),
+    ("conv", "e3nn", "ir_mul", "its conv variants: default, jit"),
     ("tp", "fused", "reuse-plan", "its tp variants: default"),
     ("tp", "cuequivariance", "reuse-plan", "its tp variants: default, ir_mul"),
 ])
