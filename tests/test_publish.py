@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 from equibench.dashboards.controls import SEPARATOR, configurations
 from equibench.dashboards.machines import COMPARISON_NOTE
+from site_pages import page_figures
 
 from equibench import results
 from equibench.cli import main
@@ -68,16 +69,6 @@ def _table_rows(page: str, heading: str) -> list[dict[str, str]]:
     return [dict(zip(head, [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", row)],
                      strict=True))
             for row in re.findall(r"<tr>(.*?)</tr>", section.split("<tbody>")[1])]
-
-
-def _figures(text: str) -> list[dict]:
-    """The data and layout of every Plotly figure on a page."""
-    decoder, found = json.JSONDecoder(), []
-    for match in re.finditer(r'Plotly\.newPlot\(\s*"[^"]+",\s*', text):
-        data, end = decoder.raw_decode(text, match.end())
-        layout, _ = decoder.raw_decode(text, text.index("{", end))
-        found.append({"data": data, "layout": layout})
-    return found
 
 
 def test_a_missing_path_is_a_clear_error(tmp_path, capsys):
@@ -176,11 +167,11 @@ def test_figures_data_hold_both_machines(published):
 def test_every_tp_figure_has_the_machine_menu(published):
     out, rows, _ = published
     labels = set(_labels(rows))
-    figures = _figures((out / "tp.html").read_text())
+    figures = page_figures((out / "tp.html").read_text())
     assert len(figures) == 3
     for figure in figures:
         [menu] = figure["layout"]["updatemenus"]
         shown = {b["label"].split(SEPARATOR)[0] for b in menu["buttons"]}
         assert shown == labels
-    [comparison] = _figures((out / "machines.html").read_text())
+    [comparison] = page_figures((out / "machines.html").read_text())
     assert {html.unescape(t["name"]) for t in comparison["data"]} == labels

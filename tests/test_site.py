@@ -17,6 +17,7 @@ from equibench.dashboards.layout import PAGES, PLOTLY_JS
 from equibench.dashboards.sample import A100, CPU, synthetic_history, synthetic_results
 from equibench.dashboards.site import write_site
 from plotly.offline import get_plotlyjs
+from site_pages import page_figures
 
 from equibench import history, results
 
@@ -32,16 +33,6 @@ def site(tmp_path_factory) -> Path:
     index = write_site(synthetic_results(), out, history=synthetic_history())
     assert index == out / "index.html"
     return out
-
-
-def _figures(text: str) -> list[dict]:
-    """The data and layout of every Plotly figure on a page."""
-    decoder, found = json.JSONDecoder(), []
-    for match in re.finditer(r'Plotly\.newPlot\(\s*"[^"]+",\s*', text):
-        data, end = decoder.raw_decode(text, match.end())
-        layout, _ = decoder.raw_decode(text, text.index("{", end))
-        found.append({"data": data, "layout": layout})
-    return found
 
 
 def _values(array: list | dict) -> np.ndarray:
@@ -134,7 +125,7 @@ def test_row_strings_are_escaped(site):
 
 
 def test_dropdown_hover_and_peaks(site):
-    (heatmap, _, _) = _figures((site / "tp.html").read_text())
+    (heatmap, _, _) = page_figures((site / "tp.html").read_text())
     menu = heatmap["layout"]["updatemenus"][0]
     labels = [b["label"] for b in menu["buttons"]]
     assert f"{A100} · float32" in labels and "AMD EPYC 7763 · float64" in labels
@@ -143,7 +134,7 @@ def test_dropdown_hover_and_peaks(site):
         assert len(button["args"][0]["visible"]) == len(heatmap["data"])
     assert "commit %{customdata[0]}" in heatmap["data"][0]["hovertemplate"]
     assert "machine %{customdata[1]}" in heatmap["data"][0]["hovertemplate"]
-    (roofline,) = _figures((site / "roofline.html").read_text())
+    (roofline,) = page_figures((site / "roofline.html").read_text())
     assert any(trace["name"] == "peak" for trace in roofline["data"])
 
 
@@ -165,7 +156,7 @@ def test_models_page_has_a_section_per_family_with_its_own_legends(site):
     expected = {"mace": {"e3nn", "openequivariance"},
                 "se3t": {"basis [baseline]", "basis [nvidia-default]"}}
     for family, section in sections.items():
-        found = _figures(section)
+        found = page_figures(section)
         assert len(found) == 4, family
         # Legends name backend and variant; the breakdown's (stacked) names categories.
         named = [{t["name"] for t in f["data"]} for f in found
@@ -180,7 +171,7 @@ def test_models_page_has_a_section_per_family_with_its_own_legends(site):
 
 def test_md_page_has_ns_per_day_and_the_drift_table(site):
     text = (site / "md.html").read_text()
-    (bars,) = _figures(text)
+    (bars,) = page_figures(text)
     assert {t["name"] for t in bars["data"]} == {"e3nn", "cuequivariance", "openequivariance"}
     data = pd.read_csv(site / "md-ns-per-day.csv")
     assert set(data["precision"]) == {"float32", "float64"} and (data["ns_per_day"] > 0).all()
@@ -336,7 +327,7 @@ def test_defaults_find_history_and_machine_json(tmp_path):
     index = write_site(frame, run / "dashboard")  # the two-argument call of `equibench dashboard`
     assert index == run / "dashboard" / "index.html"
     assert "Plotly.newPlot(" in (run / "dashboard" / "history.html").read_text()
-    (roofline,) = _figures((run / "dashboard" / "roofline.html").read_text())
+    (roofline,) = page_figures((run / "dashboard" / "roofline.html").read_text())
     peaks = [t for t in roofline["data"] if t["name"] == "peak"]
     assert len(peaks) == 2  # float32 and float64 ceilings of the probed machine
     assert math.isclose(max(_values(t["y"]).max() for t in peaks), 100.0)
@@ -363,9 +354,9 @@ def test_a_fallback_is_named_next_to_its_numbers(tmp_path):
     frame.loc[cue, "extra"] = json.dumps(
         {"code_path": {"path": "method=naive", "fallback": "naive: pure PyTorch"}})
     index = write_site(results.validate(frame), tmp_path / "site", history=pd.DataFrame())
-    names = {trace.get("name") for f in _figures((index.parent / "tp.html").read_text())
+    names = {trace.get("name") for f in page_figures((index.parent / "tp.html").read_text())
              for trace in f["data"]}
-    xs = {x for f in _figures((index.parent / "tp.html").read_text()) for trace in f["data"]
+    xs = {x for f in page_figures((index.parent / "tp.html").read_text()) for trace in f["data"]
           for x in (trace.get("x") or []) if isinstance(x, str)}
     assert "cuequivariance (fallback)" in names | xs
     assert "cuequivariance" not in names | xs
@@ -407,7 +398,7 @@ def test_a_series_has_one_colour_on_every_page_and_series_differ(site):
     assert len(keys) <= len(PALETTE)
     seen: dict[str, set[str]] = {}
     for spec in PAGES:
-        for figure in _figures((site / spec.file).read_text()):
+        for figure in page_figures((site / spec.file).read_text()):
             for trace in figure["data"]:
                 name = html.unescape(trace.get("name") or "")
                 if spec.file == "history.html":  # "series level/workload direction b=N"
@@ -418,11 +409,11 @@ def test_a_series_has_one_colour_on_every_page_and_series_differ(site):
     assert all(len(colors) == 1 and None not in colors for colors in seen.values()), seen
     assert len({next(iter(c)) for c in seen.values()}) == len(seen), seen
     # The Models page's panels (throughput, memory, speedup) draw openequivariance alike.
-    models = [t for f in _figures((site / "models.html").read_text()) for t in f["data"]
+    models = [t for f in page_figures((site / "models.html").read_text()) for t in f["data"]
               if t.get("name") == "openequivariance"]
     assert len(models) >= 3 and len({_trace_color(t) for t in models}) == 1
     # A breakdown category keeps its colour from family to family, none a series' colour.
-    stacks = [f for f in _figures((site / "models.html").read_text())
+    stacks = [f for f in page_figures((site / "models.html").read_text())
               if f["layout"].get("barmode") == "stack"]
     categories: dict[str, set[str | None]] = {}
     for trace in (t for f in stacks for t in f["data"]):
@@ -456,7 +447,7 @@ def test_overview_opens_with_the_speedup_over_e3nn_per_level_and_case(site):
     start = text.index('id="overview-speedup"')
     assert start < text.index("<h2>Fastest implementation per case</h2>") \
         < text.index("<h2>Claims</h2>")
-    chart, _ = _figures(text)
+    chart, _ = page_figures(text)
     assert chart["layout"]["yaxis"]["type"] == "log"
     titles = [a["text"] for a in chart["layout"]["annotations"]]
     assert titles[:4] == ["tp", "conv", "model", "md"]
