@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-Outputs = dict[str, torch.Tensor]
+from equibench.levels import Outputs
 
 # What each mode runs (``extra.mode_detail``).
 MODE_DETAIL = {
