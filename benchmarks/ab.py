@@ -26,8 +26,8 @@ backward, and the double backward of training with forces); the whole ``oeq`` MA
 on 4 QM9 molecules, inference and training step (model level, implementation fused).
 
 Kernel cache: both sides use the same one (``$EQUIBENCH_KERNEL_CACHE`` or the default),
-which is safe because ``kernels/cpu_build.build_library`` names every library by a hash of
-its generated source (with flags, compiler and CPU) in a directory named by the
+which is safe because ``kernels/cpu_build.build_libraries`` names every object and library
+by a hash of its generated source (with flags, compiler and CPU) in a directory named by the
 descriptor's hash (which includes the generator's version): a side whose generated code
 differs builds and loads its own library, and only byte-identical code is shared. Each case
 process reports the kernel libraries it mapped; the stage prints how many both sides

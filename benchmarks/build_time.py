@@ -9,7 +9,9 @@ Each measurement runs in a fresh process with its own empty cache
 (``EQUIBENCH_KERNEL_CACHE`` a new temporary directory), so nothing is shared between them;
 the process's imports are not counted. ``tp``: the first forward, then the first backward,
 then the first double backward of one descriptor, each timed from the kernels' first
-request (the later ones build only what they add). ``model``: a float64 e3nn MACE built
+request (the later ones build only what they add); then, in another fresh process, the
+three directions' libraries built together in one parallel build (as a case that needs all
+three can ask, ``CpuKernels.build``) and their first calls. ``model``: a float64 e3nn MACE built
 beforehand (not counted), then its conversion to the fused backend and its first
 energy-and-forces call on 4 QM9 molecules (counted).
 """
@@ -36,6 +38,10 @@ g = torch.Generator().manual_seed(0)
 x, y, w, go = (torch.randn(64, n, dtype=dtype, generator=g)
                for n in (desc.in1_dim, desc.in2_dim, desc.weight_numel, desc.out_dim))
 times = {}
+if sys.argv[3] == "together":
+    t = time.perf_counter()
+    cpu_kernels(desc).build(("fwd", "bwd", "dbwd"), {torch.float32: "f32"}.get(dtype, "f64"))
+    times["build"] = time.perf_counter() - t
 for name, call in (("forward", lambda: cpu_kernels(desc).tp_forward(x, y, w)),
                    ("backward", lambda: cpu_kernels(desc).tp_backward(go, x, y, w)),
                    ("double_backward",
@@ -78,9 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32")
     args = parser.parse_args(argv)
     for name in filter(None, args.tp.split(",")):
-        t = _child(_TP_CHILD, name, args.dtype)
+        t = _child(_TP_CHILD, name, args.dtype, "in turn")
         print(f"tp {name} {args.dtype}: first forward {t['forward']:.2f} s, then backward "
               f"{t['backward']:.2f} s, then double backward {t['double_backward']:.2f} s "
+              f"(total {sum(t.values()):.2f} s)", flush=True)
+        t = _child(_TP_CHILD, name, args.dtype, "together")
+        print(f"tp {name} {args.dtype}: the three directions built together "
+              f"{t['build']:.2f} s, then their first calls "
+              f"{t['forward'] + t['backward'] + t['double_backward']:.2f} s "
               f"(total {sum(t.values()):.2f} s)", flush=True)
     for variant in filter(None, args.model.split(",")):
         t = _child(_MODEL_CHILD, variant, args.dtype)

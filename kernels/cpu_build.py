@@ -1,14 +1,15 @@
 """Compile, cache and call the generated CPU kernels.
 
-The C++ of :mod:`.cpu_codegen` is built with ``torch.utils.cpp_extension.load``
-(``-O3 -march=native -fopenmp``) into ``$EQUIBENCH_KERNEL_CACHE/<descriptor hash>/``
-(default ``~/.cache/equibench/kernels``), one library per direction (forward,
-backward, double backward: the tensor product's and the convolution's kernels together)
-and dtype, each built on its first call. A library exports plain
-``extern "C"`` functions, so it includes no PyTorch header (compiles in seconds) and is
-called through ``ctypes`` (the GIL is released during the call). A second process finds the built
-library and only re-runs ninja's up-to-date check. A missing compiler, missing ninja or
-a failed build raises :class:`KernelUnavailable` with the reason.
+The C++ of :mod:`.cpu_codegen` (``-O3 -march=native -fopenmp``) is built by ninja into
+``$EQUIBENCH_KERNEL_CACHE/<descriptor hash>/`` (default ``~/.cache/equibench/kernels``):
+one library per direction (forward, backward, double backward: the tensor product's and
+the convolution's kernels together) and dtype, each built on its first call from
+translation units that compile in parallel, the forward's row code shared with the
+double backward. A library exports plain ``extern "C"`` functions, so it includes no
+PyTorch header (compiles in seconds) and is called through ``ctypes`` (the GIL is released
+during the call). A second process finds the built library by name and starts no build.
+A missing compiler, missing ninja or a failed build raises :class:`KernelUnavailable`
+with the reason.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 
 from equibench.files import atomic_write
 
-from .cpu_codegen import generate_cpu_source
+from .cpu_codegen import generate_cpu_units
 from .descriptor import TPDescriptor
 from .errors import KernelUnavailable
 from .graph import ConvPlan
@@ -96,29 +97,42 @@ class CpuKernels:
         self._lock = threading.Lock()
 
     def library(self, name: str, sfx: str) -> ctypes._CFuncPtr:
-        """Kernel ``name`` in scalar type ``sfx``. Built on first call with its direction's
-        other kernel (:func:`direction_group`: ``tp_fwd`` with ``conv_fwd``, which share
-        their row code, so the pair compiles in the time of one) and cached on disk: a case
-        builds only the directions and dtype it runs, and the first forward waits for the
-        forward alone (see docs/design-decisions.md)."""
+        """Kernel ``name`` in scalar type ``sfx``, its direction's library (:meth:`build`)
+        built on first call."""
+        if (name, sfx) not in self._fn:
+            self.build((name.split("_", 1)[1],), sfx)
+        return self._fn[name, sfx]
+
+    def build(self, directions: tuple[str, ...], sfx: str) -> None:
+        """Build (or find in the cache) the libraries of ``directions`` (``fwd``, ``bwd``,
+        ``dbwd``) in ``sfx``, all in one parallel build: each direction's library holds the
+        tensor product's and the convolution's kernels (:func:`direction_group`), which
+        share their row code, so a case builds only the directions and dtype it runs, and
+        the first forward waits for the forward alone (see docs/design-decisions.md)."""
         with self._lock:
-            if (name, sfx) not in self._fn:
-                group = direction_group(name)
-                source = generate_cpu_source(self.desc, sfx, exports=group)
-                lib, path = build_library({sfx: source}, cache_root() / self.desc.hash,
-                                          f"eqb_{name.split('_', 1)[1]}")
+            todo = [d for d in directions if (f"tp_{d}", sfx) not in self._fn]
+            if not todo:
+                return
+            units = generate_cpu_units(self.desc, sfx)
+            built = build_libraries(
+                {f"{unit}_{sfx}": src for unit, src in units.sources.items()},
+                {f"eqb_{d}_{sfx}": tuple(f"{u}_{sfx}" for u in units.libraries[d])
+                 for d in todo},
+                cache_root() / self.desc.hash, ("-fvisibility=hidden",))
+            for d in todo:
+                path = built[f"eqb_{d}_{sfx}"]
+                lib = ctypes.CDLL(str(path))
                 check = getattr(lib, f"eqb_descriptor_hash_{sfx}")
                 check.restype = ctypes.c_char_p
                 if check() != self.desc.hash.encode():
                     raise KernelUnavailable(
                         f"library {path} does not match descriptor {self.desc.hash}")
-                for member in group:
+                for member in direction_group(f"tp_{d}"):
                     fn = getattr(lib, f"{member}_{sfx}")
                     fn.argtypes = _SIGNATURES[member]
                     fn.restype = None
                     self._fn[member, sfx] = fn
                     self.paths[member, sfx] = path
-            return self._fn[name, sfx]
 
     def _call(self, name: str, dtype: torch.dtype, *args: object) -> None:
         try:
@@ -261,67 +275,103 @@ def conv_workspace(kernel: str, desc: TPDescriptor, num_nodes: int, num_src: int
 
 
 @contextlib.contextmanager
-def _builder(build_dir: Path) -> Iterator[None]:
-    """Hold ``build_dir`` for one build, across processes.
-
-    torch's ``load`` takes a ``lock`` file in the build directory and waits, without limit,
-    while one exists; a process killed during a build (a timeout, a cancelled job) leaves it
-    behind, and every later build of that kernel would hang. An ``flock`` dies with its
-    process: whoever holds it is the only builder here, so a ``lock`` file it finds is stale
-    and goes.
-    """
+def _builder(build_dir: Path) -> Iterator[int]:
+    """Hold ``build_dir`` for one build, across processes: ninja's log and dependency
+    files take one writer. An ``flock`` dies with its process, so a build killed midway
+    (a timeout, a cancelled job) holds nothing once its children end. Yields the lock's
+    file descriptor, for the builder's children to hold it as long."""
     with open(build_dir / "equibench-build.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            (build_dir / "lock").unlink(missing_ok=True)
-            yield
+            yield handle.fileno()
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def build_library(sources: dict[str, str], build_dir: Path, prefix: str,
-                  extra_cflags: tuple[str, ...] = ()) -> tuple[ctypes.CDLL, Path]:
-    """Compile ``sources`` (one C++ file per name) into one library in ``build_dir``,
-    named ``prefix`` and a hash of the sources, flags, compiler and CPU; a second call
-    with the same sources reuses it. ``extra_cflags`` follow :data:`CFLAGS`."""
+def _ninja() -> str:
+    try:
+        import ninja
+
+        return str(Path(ninja.BIN_DIR) / "ninja")
+    except ImportError:
+        found = shutil.which("ninja")
+        if found is None:
+            raise KernelUnavailable("no ninja to build the CPU kernels: pip install ninja") \
+                from None
+        return found
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def build_libraries(sources: dict[str, str], libraries: dict[str, tuple[str, ...]],
+                    build_dir: Path, extra_cflags: tuple[str, ...] = ()) -> dict[str, Path]:
+    """Compile ``sources`` (unit name -> C++) into objects and link ``libraries`` (name ->
+    its units) in ``build_dir``, in one ninja run: units compile in parallel on every CPU
+    of this process, and an object two libraries share compiles once. Every file is named
+    by a hash of what made it (its source or its objects, the flags, the compiler and this
+    CPU), so a second call finds them, a process never loads a library that changed, and
+    ``-march=native`` code never travels to another CPU through a shared cache. Each file
+    is written under a temporary name and renamed, so a killed build leaves none half
+    written. ``extra_cflags`` follow :data:`CFLAGS`. Returns each library's path."""
     cflags = CFLAGS + list(extra_cflags)
     cxx = os.environ.get("CXX", "c++")
     if shutil.which(cxx) is None:
         raise KernelUnavailable(f"no C++ compiler: {cxx!r} is not on PATH (set $CXX)")
-    key = hashlib.sha256(
-        "\n".join(
-            [*sources.values(), " ".join(cflags + LDFLAGS), _compiler_id(cxx), _host_id()]
-        ).encode()
-    ).hexdigest()[:16]
-    name = f"{prefix}_{key}"
+    key = _digest(" ".join(cflags), " ".join(LDFLAGS), _compiler_id(cxx), _host_id())
+    objects = {unit: f"{unit}_{_digest(key, source)}" for unit, source in sources.items()}
+    paths = {name: build_dir / f"{name}_{_digest(key, *(objects[u] for u in units))}.so"
+             for name, units in libraries.items()}
+    if all(p.exists() for p in paths.values()):
+        return paths
     try:
         build_dir.mkdir(parents=True, exist_ok=True)
-        paths = []
-        for sfx, source in sources.items():
-            src = build_dir / f"{name}_{sfx}.cpp"
-            if not src.exists() or src.read_text() != source:
-                with atomic_write(src, "w") as handle:  # never half a file for another process
-                    handle.write(source)
-            paths.append(str(src))
-        from torch.utils.cpp_extension import load
-
-        with _builder(build_dir):
-            path = load(
-                name=name,
-                sources=paths,
-                extra_cflags=cflags,
-                # a copy: load() appends torch's own libraries to the list it is given, which
-                # on LDFLAGS itself changed the key (the name) of every later library of the
-                # process, so the cache held the same source under several names and a process
-                # whose builds came in another order compiled it again (minutes for MACE's)
-                extra_ldflags=list(LDFLAGS),
-                build_directory=str(build_dir),
-                is_python_module=False,
-                verbose=False,
-            )
-        return ctypes.CDLL(str(path)), Path(str(path))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        with _builder(build_dir) as lock:
+            for unit, stem in objects.items():
+                src = build_dir / f"{stem}.cpp"
+                if not src.exists():
+                    with atomic_write(src, "w") as handle:  # never half a file for ninja
+                        handle.write(sources[unit])
+            rules = [
+                f"cxx = {cxx}",
+                f"cflags = {' '.join(cflags)} -fPIC",
+                f"ldflags = {' '.join(LDFLAGS)}",
+                "rule cxx",
+                "  command = $cxx $cflags -c $in -o $out.tmp && mv -f $out.tmp $out",
+                "rule link",
+                "  command = $cxx -shared $in -o $out.tmp $ldflags && mv -f $out.tmp $out",
+                *[f"build {stem}.o: cxx {stem}.cpp" for stem in objects.values()],
+                *[f"build {paths[name].name}: link "
+                  + " ".join(f"{objects[u]}.o" for u in units)
+                  for name, units in libraries.items()],
+            ]
+            ninja_file = build_dir / f"build-{_digest(*rules)}.ninja"
+            if not ninja_file.exists():
+                with atomic_write(ninja_file, "w") as handle:
+                    handle.write("\n".join(rules) + "\n")
+            jobs = len(os.sched_getaffinity(0))
+            proc = subprocess.run(
+                [_ninja(), "-C", str(build_dir), "-f", ninja_file.name, "-j", str(jobs),
+                 *(p.name for p in paths.values())],
+                # ninja holds the lock too: a killed caller must not let a second ninja in
+                capture_output=True, text=True, pass_fds=(lock,))  # fmt: skip
+        if proc.returncode != 0:
+            raise KernelUnavailable(f"building CPU kernels in {build_dir} failed:\n"
+                                    f"{(proc.stdout + proc.stderr)[-4000:]}")
+        return paths
+    except (OSError, subprocess.SubprocessError) as exc:
         raise KernelUnavailable(f"building CPU kernels in {build_dir} failed: {exc}") from exc
+
+
+def build_library(sources: dict[str, str], build_dir: Path, prefix: str,
+                  extra_cflags: tuple[str, ...] = ()) -> tuple[ctypes.CDLL, Path]:
+    """One library ``prefix`` of all ``sources`` (:func:`build_libraries`), loaded."""
+    path = build_libraries(sources, {prefix: tuple(sources)}, build_dir, extra_cflags)[prefix]
+    try:
+        return ctypes.CDLL(str(path)), path
+    except OSError as exc:
+        raise KernelUnavailable(f"loading {path} failed: {exc}") from exc
 
 
 def cpu_kernels(desc: TPDescriptor) -> CpuKernels:

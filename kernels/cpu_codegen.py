@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .descriptor import IrrepBlock, TPDescriptor, TPPath
 
@@ -42,6 +43,10 @@ SIZES = {"f32": 4, "f64": 8}
 # accumulators per float32 row) parts of 16 KB made the forward 1.3x faster than one
 # part with the weights prefetched (parts of 8 KB: 1.2-1.25x, 32 KB: 1.15x).
 PART_BYTES = 16384
+# Lines of row primitives per translation unit (an instantiation counted per copy): units
+# compile in parallel, and a long function compiles slower per line than short ones.
+UNIT_LINES = 400
+DIRECTIONS = ("fwd", "bwd", "dbwd")
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,16 @@ class _Gen:
         self.sfx = sfx
         self.exports = exports
         self.vps = _vpaths(desc)
-        self.lines: list[str] = []
+        self.unweighted = any(not p.has_weight for p in desc.paths)
+        self.lines: list[str] = []  # after the head: transposes, declarations, inline helpers
+        self.functions: list[_Primitive] = []
+        self.transposes()
+        self.row_fwd()
+        self.row_bwd_x()
+        self.row_bwd_y()
+        self.row_bwd_w()
+        self.row_bwd()
+        self.row_dbwd_xyw()
 
     # ------------------------------------------------------------------ helpers
     def emit(self, *lines: str) -> None:
@@ -222,12 +236,12 @@ class _Gen:
 
     # ------------------------------------------------------------------ transposes
     def transposes(self) -> None:
+        # Out of line, each compiled once for the directions that call it: inlined, they
+        # were three quarters of each direction's kernel unit's compile time.
+        callers = {"to_cm_in1": DIRECTIONS, "to_cm_out": ("bwd", "dbwd"),
+                   "from_cm_in1": ("bwd", "dbwd"), "from_cm_out": ("dbwd",)}
         for name, blocks in (("in1", self.d.in1), ("out", self.d.out)):
-            self.emit(
-                "// e3nn layout (mul, 2l+1) -> channel-major (2l+1, mul), per irrep block",
-                "template <typename T>",
-                f"static inline void to_cm_{name}(const T* __restrict s, T* __restrict d) {{",
-            )
+            start = len(self.lines)
             for b in blocks:
                 self.emit(
                     f"  for (int64_t u = 0; u < {b.mul}; ++u) {{",
@@ -237,14 +251,15 @@ class _Gen:
                     ],
                     "  }",
                 )
-            self.emit(
-                "}",
-                "template <typename T>",
-                f"static inline void from_cm_{name}(const T* __restrict s, T* __restrict d) {{",
-            )
+            self._primitive(start, f"to_cm_{name}", "s", "d", frozenset(callers[f"to_cm_{name}"]),
+                            "// e3nn layout (mul, 2l+1) -> channel-major (2l+1, mul), per irrep "
+                            "block", wonly=False, cut=False)
+            start = len(self.lines)
             for b in blocks:
                 self.emit(*self._from_cm_block(b))
-            self.emit("}")
+            self._primitive(start, f"from_cm_{name}", "s", "d",
+                            frozenset(callers[f"from_cm_{name}"]),
+                            "// channel-major -> e3nn layout", wonly=False, cut=False)
 
     @staticmethod
     def _from_cm_block(b: IrrepBlock) -> list[str]:
@@ -284,20 +299,17 @@ class _Gen:
     def row_fwd(self) -> None:
         parts = self._fwd_parts()
         for c, (groups, uvws) in enumerate(parts):
-            self.emit(
-                f"// O[cm out] += part {c} of TP(X[cm in1], Y[e3nn in2], W[e3nn weights]) for one",
-                "// row. WONLY: only paths with weights (W is a cotangent, unweighted paths have",
-                "// none).",
-                "template <typename T, bool WONLY>",
-                f"NOINLINE void row_fwd_{c}(const T* __restrict X, const T* __restrict Y,",
-                "                        const T* __restrict W, T* __restrict O) {",
-                "  (void)X; (void)Y; (void)W; (void)O;",
-            )
+            start = len(self.lines)
             for b, vps in groups:
                 self._fwd_group(b, vps)
             for vp in uvws:
                 self._uvw_fwd(vp)
-            self.emit("}")
+            self._primitive(
+                start, f"row_fwd_{c}", "X Y W", "O", frozenset({"fwd", "dbwd"}),
+                f"// O[cm out] += part {c} of TP(X[cm in1], Y[e3nn in2], W[e3nn weights]) for one",
+                "// row. WONLY: only paths with weights (W is a cotangent, unweighted paths have",
+                "// none).",
+            )
         calls = [f"  row_fwd_{c}<T, WONLY>(X, Y, W, O);" for c in range(len(parts))]
         cases = [f"    case {c}: row_fwd_{c}<T, WONLY>(X, Y, W, O); break;"
                  for c in range(len(parts))]
@@ -455,13 +467,7 @@ class _Gen:
     # One primitive per gradient: a fused one would be instantiated for every subset of
     # gradients the double backward needs, and compile time grows with code volume.
     def row_bwd_x(self) -> None:
-        self.emit(
-            "// GX[cm in1] += d/dX sum(G * TP(X, Y, W)) for one row (G channel-major).",
-            "template <typename T, bool WONLY>",
-            "NOINLINE void row_bwd_x(const T* __restrict Y, const T* __restrict W,",
-            "                        const T* __restrict G, T* __restrict GX) {",
-            "  (void)Y; (void)W; (void)G; (void)GX;",
-        )
+        start = len(self.lines)
         for b, vps in self._groups():
             ob = self.d.out[b]
             self.emit("  {")
@@ -488,7 +494,11 @@ class _Gen:
             self.emit("    }", "  }")
         for vp in self._uvw():
             self._uvw_bwd_x(vp)
-        self.emit("}")
+        self._primitive(
+            start, "row_bwd_x", "Y W G", "GX", frozenset({'dbwd'}),
+            "// GX[cm in1] += d/dX sum(G * TP(X, Y, W)) for one row (G channel-major).",
+            wonly=True,
+        )
 
     def _uvw_bwd_x(self, vp: _VPath) -> None:
         a = vp.in1
@@ -506,13 +516,7 @@ class _Gen:
         self.emit("  }")
 
     def row_bwd_y(self) -> None:
-        self.emit(
-            "// GY[e3nn in2] += d/dY sum(G * TP(X, Y, W)) for one row (needs no Y: linear).",
-            "template <typename T, bool WONLY>",
-            "NOINLINE void row_bwd_y(const T* __restrict X, const T* __restrict W,",
-            "                        const T* __restrict G, T* __restrict GY) {",
-            "  (void)X; (void)W; (void)G; (void)GY;",
-        )
+        start = len(self.lines)
         for b, vps in self._groups():
             ob = self.d.out[b]
             self.emit("  {")
@@ -526,7 +530,11 @@ class _Gen:
             self.emit("    }", *[f"    GY[{key}] += gy{key};" for key in keys], "  }")
         for vp in self._uvw():
             self._uvw_bwd_y(vp)
-        self.emit("}")
+        self._primitive(
+            start, "row_bwd_y", "X W G", "GY", frozenset({'dbwd'}),
+            "// GY[e3nn in2] += d/dY sum(G * TP(X, Y, W)) for one row (needs no Y: linear).",
+            wonly=True,
+        )
 
     def _uvw_bwd_y(self, vp: _VPath) -> None:
         a = vp.in1
@@ -548,13 +556,7 @@ class _Gen:
         self.emit("    }", *[f"    GY[{vp.y_base + j}] += gy{j};" for j in js], "  }")
 
     def row_bwd_w(self) -> None:
-        self.emit(
-            "// GW[e3nn weights] += d/dW sum(G * TP(X, Y, W)) for one row (needs no W).",
-            "template <typename T>",
-            "NOINLINE void row_bwd_w(const T* __restrict X, const T* __restrict Y,",
-            "                        const T* __restrict G, T* __restrict GW) {",
-            "  (void)X; (void)Y; (void)G; (void)GW;",
-        )
+        start = len(self.lines)
         for b, vps in self._groups():
             vps = [vp for vp in vps if vp.path.has_weight]
             if not vps:
@@ -569,7 +571,11 @@ class _Gen:
             self.emit("    }", "  }")
         for vp in self._uvw():
             self._uvw_bwd_w(vp, "+=")
-        self.emit("}")
+        self._primitive(
+            start, "row_bwd_w", "X Y G", "GW", frozenset({'dbwd'}),
+            "// GW[e3nn weights] += d/dW sum(G * TP(X, Y, W)) for one row (needs no W).",
+            wonly=False,
+        )
 
     def _uvw_bwd_w(self, vp: _VPath, op: str) -> None:
         """``GW op ...`` for one uvw vpath: ``+=`` accumulates, ``=`` writes (each weight
@@ -594,15 +600,7 @@ class _Gen:
         weight of each channel are loaded once for the three (the separate primitives,
         which the double backward combines, load them once each), and ``GW`` is written,
         not accumulated, so the caller need not zero it."""
-        self.emit(
-            "// GX[cm in1] += d/dX, GY[e3nn in2] += d/dY, GW[e3nn weights] = d/dW of",
-            "// sum(G * TP(X, Y, W)) for one row (X, G channel-major).",
-            "template <typename T>",
-            "NOINLINE void row_bwd(const T* __restrict X, const T* __restrict Y,",
-            "                      const T* __restrict W, const T* __restrict G,",
-            "                      T* __restrict GX, T* __restrict GY, T* __restrict GW) {",
-            "  (void)X; (void)Y; (void)W; (void)G; (void)GX; (void)GY; (void)GW;",
-        )
+        start = len(self.lines)
 
         def dx_terms(vp: _VPath, i: int) -> list[str]:
             inner = self._gx_inner(vp, i)
@@ -626,26 +624,19 @@ class _Gen:
             self._uvw_bwd_x(vp)
             self._uvw_bwd_y(vp)
             self._uvw_bwd_w(vp, "=")
-        self.emit("}")
+        self._primitive(
+            start, "row_bwd", "X Y W G", "GX GY GW", frozenset({'bwd'}),
+            "// GX[cm in1] += d/dX, GY[e3nn in2] += d/dY, GW[e3nn weights] = d/dW of",
+            "// sum(G * TP(X, Y, W)) for one row (X, G channel-major).",
+            wonly=False,
+        )
 
     def row_dbwd_xyw(self) -> None:
         """The double backward's x, y and w parts when all three cotangents are given:
         six single-gradient passes (``row_dbwd_rest``) made one per output block, which
         loads x, its cotangent, g and both weight rows once and forms each path's ``M``
         from ``Y`` and from ``GGY`` once. Unweighted paths take no ``GGW`` terms."""
-        self.emit(
-            "// GX[cm in1] += Tx*(G; GGY, W) + Tx*(G; Y, GGW), GY[e3nn in2] += Ty*(G; GGX, W)",
-            "// + Ty*(G; X, GGW), GW[e3nn weights] += Tw*(G; GGX, Y) + Tw*(G; X, GGY) for one",
-            "// row (X, GGX, G channel-major), weighted paths only for the GGW and GW terms.",
-            "template <typename T>",
-            "NOINLINE void row_dbwd_xyw(const T* __restrict X, const T* __restrict GGX,",
-            "                           const T* __restrict Y, const T* __restrict GGY,",
-            "                           const T* __restrict W, const T* __restrict GGW,",
-            "                           const T* __restrict G, T* __restrict GX,",
-            "                           T* __restrict GY, T* __restrict GW) {",
-            "  (void)X; (void)GGX; (void)Y; (void)GGY; (void)W; (void)GGW; (void)G;",
-            "  (void)GX; (void)GY; (void)GW;",
-        )
+        start = len(self.lines)
 
         def dx_terms(vp: _VPath, i: int) -> list[str]:
             terms = []
@@ -687,53 +678,185 @@ class _Gen:
                 self.emit(f"  {{ const T* __restrict {alias};")
                 emit(vp)
                 self.emit("  }")
-        self.emit("}")
+        self._primitive(
+            start, "row_dbwd_xyw", "X GGX Y GGY W GGW G", "GX GY GW", frozenset({'dbwd'}),
+            "// GX[cm in1] += Tx*(G; GGY, W) + Tx*(G; Y, GGW), GY[e3nn in2] += Ty*(G; GGX, W)",
+            "// + Ty*(G; X, GGW), GW[e3nn weights] += Tw*(G; GGX, Y) + Tw*(G; X, GGY) for one",
+            "// row (X, GGX, G channel-major), weighted paths only for the GGW and GW terms.",
+            wonly=False,
+        )
 
-    # ------------------------------------------------------------------ kernels
-    def kernels(self) -> None:
+    # ------------------------------------------------------------------ primitives
+    def _primitive(self, start: int, name: str, inputs: str, outputs: str,
+                   needs: frozenset[str], *comment: str, wonly: bool = True,
+                   cut: bool = True) -> None:
+        """Take the blocks emitted since ``start`` as the body of row primitive ``name``
+        (pointers ``inputs`` read, ``outputs`` written; ``needs``: the directions whose
+        kernels call it) and leave its declaration in their place. A body longer than
+        :data:`UNIT_LINES` is cut between its top-level blocks, which are independent, into
+        pieces ``name_s0``, ``name_s1``, ... that an inline ``name`` calls in order, so that
+        the pieces compile in units of their own, in parallel (unless not ``cut``)."""
+        body = self.lines[start:]
+        del self.lines[start:]
+        params = tuple([f"const T* __restrict {p}" for p in inputs.split()]
+                       + [f"T* __restrict {p}" for p in outputs.split()])
+        template = "template <typename T, bool WONLY>" if wonly else "template <typename T>"
+        copies = 2 if wonly and self.unweighted else 1  # instantiations compiled
+        pieces = [[ln for block in group for ln in block]
+                  for group in _cut(_blocks(body), UNIT_LINES // copies)] if cut else [body]
+        names = [name] if len(pieces) == 1 else [f"{name}_s{i}" for i in range(len(pieces))]
+        self.emit(*comment)
+        for piece_name, piece in zip(names, pieces, strict=True):
+            self.functions.append(_Primitive(piece_name, template, params, tuple(piece), needs))
+            self.emit(template, f"NOINLINE void {piece_name}({', '.join(params)});")
+        if len(pieces) > 1:
+            args = ", ".join(p.split()[-1] for p in params)
+            targs = "<T, WONLY>" if wonly else "<T>"
+            self.emit(template, f"static inline void {name}({', '.join(params)}) {{",
+                      *[f"  {n}{targs}({args});" for n in names], "}")
+
+    # ------------------------------------------------------------------ sources
+    def _head(self) -> list[str]:
         d = self.d
-        unweighted = any(not p.has_weight for p in d.paths)
-        self.emit(
+        return [
+            f"// Generated by equibench.kernels.cpu_codegen for {d}",
+            f"// descriptor hash {d.hash}; scalar type {SCALARS[self.sfx]}",
+            "#include <cstdint>",
+            "#include <cstring>",
+            "#include <vector>",
+            "// Exported kernels only: units of one library share the rest, and libraries of",
+            "// other descriptors loaded in the same process never see it.",
+            '#define EXPORT __attribute__((visibility("default")))',
+            "namespace eqb {",
+            "// Row primitives are called from many drivers; inlining each copy would multiply",
+            "// compile time while a call per row costs nothing next to the row's work.",
+            "#define NOINLINE __attribute__((noinline))",
+            "template <typename T> static inline void zero(T* p, int64_t n) {",
+            "  std::memset(p, 0, n * sizeof(T));",
+            "}",
             f"constexpr int64_t IN1 = {d.in1_dim}, IN2 = {d.in2_dim}, OUT = {d.out_dim};",
             f"constexpr int64_t WN = {d.weight_numel};",
             f"constexpr int64_t IN1B = {max(d.in1_dim, 1)}, OUTB = {max(d.out_dim, 1)};",
             "// WONLY only matters with unweighted paths; otherwise one instantiation serves.",
-            f"constexpr bool WO = {'true' if unweighted else 'false'};",
-        )
-        self.emit(_KERNELS)
+            f"constexpr bool WO = {'true' if self.unweighted else 'false'};",
+            *self.lines,
+        ]
+
+    def _exports(self, kernels: tuple[str, ...] | None) -> list[str]:
+        """The ``extern "C"`` entry points of ``kernels`` (None: all six)."""
+        exports = [e for e in _EXPORTS.strip().split("\nvoid ")
+                   if kernels is None or e.removeprefix("void ").split("_SFX(")[0] in kernels]
+        return [
+            "}  // namespace eqb",
+            'extern "C" {',
+            f'EXPORT const char* eqb_descriptor_hash_{self.sfx}() {{ return "{self.d.hash}"; }}',
+            "using namespace eqb;",
+            "\n".join("EXPORT void " + e.removeprefix("void ") for e in exports)
+            .replace("SFX", self.sfx).replace("SCALAR", SCALARS[self.sfx]),
+            '}  // extern "C"',
+        ]
 
     def source(self) -> str:
-        self.emit(
-            f"// Generated by equibench.kernels.cpu_codegen for {self.d}",
-            f"// descriptor hash {self.d.hash}; scalar type {SCALARS[self.sfx]}",
-            "#include <cstdint>",
-            "#include <cstring>",
-            "#include <vector>",
-            "namespace {",
-            "// Row primitives are called from many drivers; inlining each copy would multiply",
-            "// compile time while a call per row costs nothing next to the row's work.",
-            "#define NOINLINE __attribute__((noinline)) static",
-            "template <typename T> static inline void zero(T* p, int64_t n) {",
-            "  std::memset(p, 0, n * sizeof(T));",
-            "}",
-        )
-        self.transposes()
-        self.row_fwd()
-        self.row_bwd_x()
-        self.row_bwd_y()
-        self.row_bwd_w()
-        self.row_bwd()
-        self.row_dbwd_xyw()
-        self.kernels()
-        self.emit("}  // namespace", 'extern "C" {')
-        self.emit(f'const char* eqb_descriptor_hash_{self.sfx}() {{ return "{self.d.hash}"; }}')
-        exports = [e for e in _EXPORTS.strip().split("\nvoid ")
-                   if self.exports is None or e.removeprefix("void ").split("_SFX(")[0]
-                   in self.exports]
-        self.emit("\n".join("void " + e.removeprefix("void ") for e in exports)
-                  .replace("SFX", self.sfx).replace("SCALAR", SCALARS[self.sfx]))
-        self.emit('}  // extern "C"')
-        return "\n".join(self.lines) + "\n"
+        """One translation unit: every primitive and the kernels in ``self.exports``."""
+        definitions = [ln for f in self.functions for ln in f.definition()]
+        return _text(*self._head(), *definitions, _KERNELS, *self._exports(self.exports))
+
+    def units(self) -> KernelUnits:
+        """The primitives packed into units of about :data:`UNIT_LINES` (those that the
+        same directions call together), and per direction a unit of its two kernels."""
+        scalar = SCALARS[self.sfx]
+        head = self._head()
+        sources: dict[str, str] = {}
+        libraries: dict[str, list[str]] = {d: [d] for d in DIRECTIONS}
+        by_needs: dict[frozenset[str], list[_Primitive]] = {}
+        for f in self.functions:
+            by_needs.setdefault(f.needs, []).append(f)
+        for needs, functions in by_needs.items():
+            for group in _cut(functions, UNIT_LINES, size=lambda f: len(f.body) * len(
+                    f.instantiations(scalar, self.unweighted))):
+                name = f"rows{len(sources)}"
+                sources[name] = _text(
+                    *head,
+                    *[ln for f in group for ln in f.definition()],
+                    *[ln for f in group for ln in f.instantiations(scalar, self.unweighted)],
+                    "}  // namespace eqb",
+                )
+                for d in needs:
+                    libraries[d].append(name)
+        for d in DIRECTIONS:
+            sources[d] = _text(*head, _KERNELS, *self._exports((f"tp_{d}", f"conv_{d}")))
+        return KernelUnits(sources, {d: tuple(u) for d, u in libraries.items()})
+
+
+@dataclass(frozen=True)
+class _Primitive:
+    """A row primitive (or a piece of one): ``NOINLINE``, defined in one unit, declared in
+    all."""
+
+    name: str
+    template: str
+    params: tuple[str, ...]
+    body: tuple[str, ...]
+    needs: frozenset[str]
+
+    def definition(self) -> list[str]:
+        return [self.template, f"NOINLINE void {self.name}({', '.join(self.params)}) {{",
+                "  " + " ".join(f"(void){p.split()[-1]};" for p in self.params),
+                *self.body, "}"]
+
+    def instantiations(self, scalar: str, unweighted: bool) -> list[str]:
+        """The explicit instantiations the other units link against: ``WONLY`` false, and
+        true where the descriptor has unweighted paths."""
+        params = ", ".join(p.replace("T*", f"{scalar}*") for p in self.params)
+        if "WONLY" in self.template:
+            args = [f"{scalar}, {w}" for w in (("false", "true") if unweighted else ("false",))]
+        else:
+            args = [scalar]
+        return [f"template void {self.name}<{a}>({params});" for a in args]
+
+
+@dataclass(frozen=True)
+class KernelUnits:
+    """One descriptor's kernels in one scalar type as translation units to compile apart
+    and link: ``sources`` (unit name -> C++), and per direction (``fwd``, ``bwd``,
+    ``dbwd``) the units of its library. Units of row primitives that several directions
+    call (the forward's, which the double backward reuses) belong to each of them."""
+
+    sources: dict[str, str]
+    libraries: dict[str, tuple[str, ...]]
+
+
+def _blocks(body: list[str]) -> list[list[str]]:
+    """A primitive's body cut into its top-level ``{ ... }`` blocks (braces counted)."""
+    blocks: list[list[str]] = []
+    depth = 0
+    for line in body:
+        if depth == 0:
+            if not line.lstrip().startswith("{"):
+                raise AssertionError(f"a row primitive has a statement outside a block: {line!r}")
+            blocks.append([])
+        blocks[-1].append(line)
+        depth += line.count("{") - line.count("}")
+    return blocks
+
+
+def _cut(items: list, limit: int, size: Callable[[Any], int] = len) -> list[list]:
+    """Consecutive ``items`` in groups of at most ``limit`` in ``size`` (an item larger
+    than that alone); never empty."""
+    groups: list[list] = [[]]
+    total = 0
+    for item in items:
+        n = size(item)
+        if groups[-1] and total + n > limit:
+            groups.append([])
+            total = 0
+        groups[-1].append(item)
+        total += n
+    return groups
+
+
+def _text(*lines: str) -> str:
+    return "\n".join(lines) + "\n"
 
 
 # Batch / graph drivers around the row primitives. Per-thread scratch rows live on the
@@ -1012,8 +1135,12 @@ void conv_dbwd_SFX(int64_t n_dst, int64_t n_src, const int64_t* dst_ptr, const i
 
 def generate_cpu_source(desc: TPDescriptor, sfx: str,
                         exports: tuple[str, ...] | None = None) -> str:
-    """The C++ translation unit of ``desc`` for one scalar type (``f32`` or ``f64``),
+    """One C++ translation unit for ``desc`` in scalar type ``sfx`` (``f32``/``f64``),
     exporting the kernels named in ``exports`` (``tp_fwd``, ..., ``conv_dbwd``; None: all
-    six). The row primitives no export reaches are static and unused, and the compiler drops
-    them: a one-kernel unit compiles in a fraction of the whole's time."""
+    six)."""
     return _Gen(desc, sfx, exports).source()
+
+
+def generate_cpu_units(desc: TPDescriptor, sfx: str) -> KernelUnits:
+    """The same kernels as translation units to build apart (see :class:`KernelUnits`)."""
+    return _Gen(desc, sfx).units()

@@ -12,13 +12,19 @@ _CHANNEL_LOOP = re.compile(r"for \(int64_t u = 0; u < (\d+); \+\+u\) \{")
 
 
 def _body(source: str, function: str) -> str:
-    """The body of ``function`` in the generated source."""
-    start = source.index("{", source.index(")", source.index(f"void {function}("))) + 1
+    """The body of ``function``'s definition in the generated source."""
+    start = re.search(rf"void {function}\([^;{{]*\) \{{", source).end()
     depth, end = 1, start
     while depth:
         depth += {"{": 1, "}": -1}.get(source[end], 0)
         end += 1
     return source[start:end - 1]
+
+
+def _defined(source: str, pattern: str) -> list[str]:
+    """The functions defined in ``source`` whose names match ``pattern`` (a primitive and
+    the pieces it is cut into)."""
+    return sorted(set(re.findall(rf"void ({pattern})\([^;{{]*\) \{{", source)))
 
 
 def _multiplications(code: str) -> int:
@@ -42,10 +48,12 @@ def test_executed_count_is_what_the_generated_code_multiplies(workload):
     problem = get_tp_workload(workload)
     source = generate_cpu_source(problem.descriptor, "f32")
     forward = sum(_multiplications(_body(source, name))
-                  for name in sorted(set(re.findall(r"void (row_fwd_\d+)\(", source))))
+                  for name in _defined(source, r"row_fwd_\d+(?:_s\d+)?"))
+    backward = sum(_multiplications(_body(source, name))
+                   for name in _defined(source, r"row_bwd(?:_s\d+)?"))
+    assert forward and backward
     assert executed_multiply_adds(problem, "forward") == forward
-    assert executed_multiply_adds(problem, "backward") == forward + _multiplications(
-        _body(source, "row_bwd"))
+    assert executed_multiply_adds(problem, "backward") == forward + backward
     assert executed_multiply_adds(problem, "double_backward") is None
 
 
