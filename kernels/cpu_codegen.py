@@ -723,7 +723,6 @@ class _Gen:
             f"// descriptor hash {d.hash}; scalar type {SCALARS[self.sfx]}",
             "#include <cstdint>",
             "#include <cstring>",
-            "#include <vector>",
             "// Exported kernels only: units of one library share the rest, and libraries of",
             "// other descriptors loaded in the same process never see it.",
             '#define EXPORT __attribute__((visibility("default")))',
