@@ -55,6 +55,7 @@ COLD_CACHES = {
                                "(compile and export modes)",
     "TRITON_CACHE_DIR": "Triton's compiled kernels (GPU)",
     "TORCH_EXTENSIONS_DIR": "torch C++ extensions built at run time (OpenEquivariance)",
+    "SYMMETRIX_JIT_CACHE": "Symmetrix-XL's kernels generated and compiled for a model",
 }
 
 

@@ -8,6 +8,8 @@
 * ``fused``: the e3nn model whose interaction convolution (the channel-wise ``conv_tp``
   on gathered sender features, then the scatter-sum to receivers) is the equibench fused
   convolution; see :func:`use_fused_convolution`.
+* ``symmetrix``: Symmetrix-XL's native CPU inference, the model converted by its own
+  converter (:mod:`.symmetrix`); inference and md only.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import torch
 from torch import Tensor
 
 from .linear import use_irreps_linear
+from .symmetrix import SymmetrixModel
 
-BACKENDS = ("e3nn", "cuequivariance", "openequivariance", "fused")
+BACKENDS = ("e3nn", "cuequivariance", "openequivariance", "fused", "symmetrix")
 # Marks interaction blocks whose conv_tp is an EquibenchConvolution (value of conv_fusion).
 FUSION_MARK = "equibench"
 
@@ -45,7 +48,13 @@ def unavailable_reason(backend: str, device: str) -> str | None:
     one probe of each implementation)."""
     from equibench import registry
 
-    return import_error("mace.modules") or registry.get(backend).available(device)
+    if reason := import_error("mace.modules"):
+        return reason
+    if backend == "symmetrix":
+        from .symmetrix import unavailable_reason as symmetrix_unavailable
+
+        return symmetrix_unavailable(device)
+    return registry.get(backend).available(device)
 
 
 def kernel_backend(device: str) -> str:
@@ -155,6 +164,8 @@ def code_path(model: torch.nn.Module) -> dict[str, str]:
     """What a MACE model on its backend runs: the classes of its interaction blocks'
     convolution and product modules (after mace-torch's conversion), and a fallback where
     cuEquivariance runs its pure-PyTorch path."""
+    if isinstance(model, SymmetrixModel):
+        return {"path": model.describe(), "fallback": ""}
     names = sorted({f"{type(m).__module__.split('.')[0]}.{type(m).__name__}"
                     for block in (*getattr(model, "interactions", []),
                                   *getattr(model, "products", []))
@@ -181,6 +192,9 @@ def on_backend(model: torch.nn.Module, backend: str, device: str) -> torch.nn.Mo
     """``model`` (an e3nn mace-torch model, left untouched) on ``backend`` and ``device``."""
     from equibench.registry import Unsupported
 
+    if backend == "symmetrix":
+        dtype = next(model.parameters()).dtype
+        return SymmetrixModel(model, dtype)
     model = copy.deepcopy(model).to(device)
     if backend == "e3nn":
         return model

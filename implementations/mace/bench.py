@@ -231,6 +231,20 @@ def build(case: Case, dtype: torch.dtype, seed: int) -> Bench:
     )
 
 
+def _symmetrix_problem(case: Case) -> str | None:
+    """What Symmetrix-XL cannot run of ``case``, or None: it is an inference engine in
+    float32 or float64, outside PyTorch (see :mod:`.symmetrix`)."""
+    if case.implementation != "symmetrix":
+        return None
+    if case.direction == "train_step":
+        return "symmetrix computes no gradients with respect to the weights: no train_step"
+    if case.precision not in ("float32", "float64"):
+        return f"symmetrix runs float32 and float64, not {case.precision}"
+    if case.mode != "eager":
+        return f"symmetrix is not a PyTorch program: no {case.mode} mode"
+    return None
+
+
 @register_model
 class Mace(ModelFamily):
     """mace-torch ``ScaleShiftMACE``: energy and forces (forces by autograd)."""
@@ -268,6 +282,8 @@ class Mace(ModelFamily):
             return reason
         if case.direction not in DIRECTIONS:
             return f"MACE runs {', '.join(DIRECTIONS)}, not {case.direction}"
+        if reason := _symmetrix_problem(case):
+            return reason
         return self._saved_model_problem(case, lambda: workload_elements(case.workload))
 
     def _supports_md(self, case: Case) -> str | None:
@@ -277,6 +293,8 @@ class Mace(ModelFamily):
             return f"MACE md runs {', '.join(MD_DIRECTIONS)}, not {case.direction}"
         if case.precision not in ("float32", "float64"):
             return f"MACE md runs float32 and float64, not {case.precision}"
+        if reason := _symmetrix_problem(case):
+            return reason
         return structures.problem(case.workload) or self._saved_model_problem(
             case, lambda: structures.load(case.workload).numbers.tolist())
 
