@@ -35,8 +35,9 @@ def unavailable_reason(device: str) -> str | None:
     """None if Symmetrix-XL's native CPU backend loads here, else why not (the loader's
     error: a CPU without x86-64-v3, a missing package)."""
     if device != "cpu":
-        return (f"{PACKAGE}'s GPU backends are separate packages for one GPU architecture "
-                "each (symmetrix-xl-cuda<major>-sm<arch>); none is installed here")
+        return (f"equibench runs {PACKAGE}'s CPU backend only; its GPU backends are "
+                "separate packages, one per GPU architecture (symmetrix-xl-cuda<major>-"
+                "sm<arch>)")
     try:
         threads_for_openmp(torch.get_num_threads())
         import symmetrix
