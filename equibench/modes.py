@@ -98,7 +98,8 @@ def empty_caches(directory: Path) -> dict[str, str]:
     done = {}
     for variable, what in COLD_CACHES.items():
         path = directory / variable.lower()
-        path.mkdir(parents=True)
+        # Private: Symmetrix-XL refuses a JIT cache that others could write to.
+        path.mkdir(parents=True, mode=0o700)
         os.environ[variable] = str(path)
         done[variable] = f"{what}: a new empty directory"
     return done

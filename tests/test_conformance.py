@@ -84,7 +84,9 @@ def _model_cases() -> list:
         if family.prefix not in MODELS:
             continue
         workload, variant, batch = MODELS[family.prefix]
-        for backend in family.backends:
+        # Symmetrix-XL's radial functions are splines, float32-accurate in float64 too, and
+        # its converter takes max_ell 3 only: tests/test_symmetrix.py gates it in float32.
+        for backend in (b for b in family.backends if b != "symmetrix"):
             for direction in family.directions:
                 params.append(pytest.param(
                     Case("model", workload, backend, variant, direction, PRECISION, batch,

@@ -22,6 +22,14 @@ TOLERANCE = get_precision("float32").tolerance
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+@pytest.fixture(autouse=True)
+def _its_own_jit_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Symmetrix-XL's usual JIT cache, not one a cold-start case earlier in this process
+    pointed at an empty directory: generating and compiling a model's kernels takes it
+    minutes, once per model and machine."""
+    monkeypatch.delenv("SYMMETRIX_JIT_CACHE", raising=False)
+
+
 def _case(variant: str = "oeq", direction: str = "inference", precision: str = "float32",
           mode: str = "eager") -> Case:
     # One molecule: one calculator to plan, the least work that exercises the backend.
