@@ -58,19 +58,40 @@ def test_missing_compiler_is_reported(monkeypatch: pytest.MonkeyPatch, tmp_path:
         cpu_kernels(desc).tp_forward(x, torch.ones(2, 1), torch.ones(2, 7))
 
 
+# A compiler caught while it writes its output: half an object file, then a wait for the
+# kill. Every other call (--version, which names the build; the link) is the real one. A
+# compiler that ninja starts as the kill lands can miss it and holds the build's lock until
+# it ends: the wait is short.
+_STALLING_CXX = """#!/bin/sh
+case " $* " in
+  *" -c "*)
+    prev=""
+    for arg in "$@"; do [ "$prev" = "-o" ] && out="$arg"; prev="$arg"; done
+    printf 'half an object' > "$out"
+    exec sleep 20;;
+esac
+exec c++ "$@"
+"""
+
+
 @pytest.mark.slow
 def test_a_build_killed_midway_leaves_nothing_the_next_takes_for_done(tmp_path: Path) -> None:
     """A timeout or a cancelled job kills a build with its compilers: the next build must
     neither hang on it nor link what it left half written."""
+    cxx = tmp_path / "stalling-c++"
+    cxx.write_text(_STALLING_CXX)
+    cxx.chmod(0o755)
+    cache = tmp_path / "cache"
     proc = subprocess.Popen([sys.executable, "-c", _BUILD], start_new_session=True,
-                            env=dict(os.environ, EQUIBENCH_KERNEL_CACHE=str(tmp_path)),
+                            env=dict(os.environ, EQUIBENCH_KERNEL_CACHE=str(cache),
+                                     CXX=str(cxx)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob("*/*.tmp")) and time.monotonic() < deadline:
+    while not list(cache.glob("*/*.tmp")) and time.monotonic() < deadline:
         time.sleep(0.01)  # until a compiler writes its output
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert list(tmp_path.glob("*/*.tmp")), "the build ended before it could be killed"
-    assert not list(tmp_path.glob("*/*.so"))
-    rebuilt = _build_in_subprocess(tmp_path)
+    assert list(cache.glob("*/*.tmp")), "the build ended before it could be killed"
+    assert not list(cache.glob("*/*.so"))
+    rebuilt = _build_in_subprocess(cache)
     assert Path(rebuilt["path"]).exists()
