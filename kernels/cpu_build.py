@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import hashlib
 import os
 import platform
@@ -59,6 +60,9 @@ def cache_root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "equibench" / "kernels"
 
 
+# Asked once per process: every library's name hashes them, so a process that finds its
+# kernels built would otherwise run the compiler and read /proc/cpuinfo for each one.
+@functools.cache
 def _compiler_id(cxx: str) -> str:
     try:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
@@ -67,6 +71,7 @@ def _compiler_id(cxx: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cxx
 
 
+@functools.cache
 def _host_id() -> str:
     """CPU model and feature flags: ``-march=native`` code must not travel to another CPU
     through a shared cache directory."""
@@ -121,7 +126,7 @@ class CpuKernels:
                 cache_root() / self.desc.hash, ("-fvisibility=hidden",))
             for d in todo:
                 path = built[f"eqb_{d}_{sfx}"]
-                lib = ctypes.CDLL(str(path))
+                lib = _load(path)
                 check = getattr(lib, f"eqb_descriptor_hash_{sfx}")
                 check.restype = ctypes.c_char_p
                 if check() != self.desc.hash.encode():
@@ -368,8 +373,12 @@ def build_library(sources: dict[str, str], build_dir: Path, prefix: str,
                   extra_cflags: tuple[str, ...] = ()) -> tuple[ctypes.CDLL, Path]:
     """One library ``prefix`` of all ``sources`` (:func:`build_libraries`), loaded."""
     path = build_libraries(sources, {prefix: tuple(sources)}, build_dir, extra_cflags)[prefix]
+    return _load(path), path
+
+
+def _load(path: Path) -> ctypes.CDLL:
     try:
-        return ctypes.CDLL(str(path)), path
+        return ctypes.CDLL(str(path))
     except OSError as exc:
         raise KernelUnavailable(f"loading {path} failed: {exc}") from exc
 

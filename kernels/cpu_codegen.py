@@ -700,19 +700,18 @@ class _Gen:
         del self.lines[start:]
         params = tuple([f"const T* __restrict {p}" for p in inputs.split()]
                        + [f"T* __restrict {p}" for p in outputs.split()])
-        template = "template <typename T, bool WONLY>" if wonly else "template <typename T>"
-        copies = 2 if wonly and self.unweighted else 1  # instantiations compiled
+        copies = len(_template_args("T", wonly, self.unweighted))  # instantiations compiled
         pieces = [[ln for block in group for ln in block]
                   for group in _cut(_blocks(body), UNIT_LINES // copies)] if cut else [body]
         names = [name] if len(pieces) == 1 else [f"{name}_s{i}" for i in range(len(pieces))]
-        self.emit(*comment)
-        for piece_name, piece in zip(names, pieces, strict=True):
-            self.functions.append(_Primitive(piece_name, template, params, tuple(piece), needs))
-            self.emit(template, f"NOINLINE void {piece_name}({', '.join(params)});")
+        functions = [_Primitive(n, wonly, params, tuple(piece), needs)
+                     for n, piece in zip(names, pieces, strict=True)]
+        self.functions.extend(functions)
+        self.emit(*comment, *[ln for f in functions for ln in f.declaration()])
         if len(pieces) > 1:
             args = ", ".join(p.split()[-1] for p in params)
             targs = "<T, WONLY>" if wonly else "<T>"
-            self.emit(template, f"static inline void {name}({', '.join(params)}) {{",
+            self.emit(functions[0].template, f"static inline void {name}({', '.join(params)}) {{",
                       *[f"  {n}{targs}({args});" for n in names], "}")
 
     # ------------------------------------------------------------------ sources
@@ -793,10 +792,17 @@ class _Primitive:
     all."""
 
     name: str
-    template: str
+    wonly: bool  # a template over WONLY too (see _template_args)
     params: tuple[str, ...]
     body: tuple[str, ...]
     needs: frozenset[str]
+
+    @property
+    def template(self) -> str:
+        return "template <typename T, bool WONLY>" if self.wonly else "template <typename T>"
+
+    def declaration(self) -> list[str]:
+        return [self.template, f"NOINLINE void {self.name}({', '.join(self.params)});"]
 
     def definition(self) -> list[str]:
         return [self.template, f"NOINLINE void {self.name}({', '.join(self.params)}) {{",
@@ -804,14 +810,18 @@ class _Primitive:
                 *self.body, "}"]
 
     def instantiations(self, scalar: str, unweighted: bool) -> list[str]:
-        """The explicit instantiations the other units link against: ``WONLY`` false, and
-        true where the descriptor has unweighted paths."""
+        """The explicit instantiations the other units link against."""
         params = ", ".join(p.replace("T*", f"{scalar}*") for p in self.params)
-        if "WONLY" in self.template:
-            args = [f"{scalar}, {w}" for w in (("false", "true") if unweighted else ("false",))]
-        else:
-            args = [scalar]
-        return [f"template void {self.name}<{a}>({params});" for a in args]
+        return [f"template void {self.name}<{a}>({params});"
+                for a in _template_args(scalar, self.wonly, unweighted)]
+
+
+def _template_args(scalar: str, wonly: bool, unweighted: bool) -> list[str]:
+    """The template arguments a primitive is instantiated with: ``WONLY`` false, and true
+    where the descriptor has unweighted paths."""
+    if not wonly:
+        return [scalar]
+    return [f"{scalar}, {w}" for w in (("false", "true") if unweighted else ("false",))]
 
 
 @dataclass(frozen=True)
